@@ -1,0 +1,122 @@
+// aotc runtime: open an aotc .pt2 package, refuse it if it cannot run here, validate inputs, run it.
+//
+// Ownership: a Session owns its loaded model (AOTIModelPackageLoader) and its Manifest; tensors passed to
+// run() are borrowed for the duration of the call, returned tensors are owned by the caller.
+// Blocking: Session::open blocks while the package is verified and its .so is loaded (seconds).
+// Thread-safety: a Session's const methods and run() may be called from any number of threads at once;
+// at most SessionOptions::num_runners calls execute in the model concurrently, the rest wait.
+// No HTTP and no Python here: the server and the pybind11 module are front ends over this library.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+namespace aotc {
+
+// Every error the runtime reports. `kind` tells the front end how to answer (HTTP status, Python type).
+class Error : public std::runtime_error {
+ public:
+  enum class Kind {
+    InvalidInput,     // the caller's inputs disagree with the manifest (HTTP 400)
+    PackageRefused,   // the package cannot run on this machine, or is corrupt/tampered (load refused)
+    NotFound,         // a file or archive record that should exist does not
+    Internal,         // a bug or an unexpected failure inside the model (HTTP 500)
+  };
+  Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+enum class DType { Bool, UInt8, Int8, Int16, Int32, Int64, Float16, BFloat16, Float32, Float64 };
+
+// "float32" <-> DType (the manifest's names). Throws Error(InvalidInput) for an unknown name.
+DType dtype_from_name(const std::string& name);
+const char* dtype_name(DType dtype);
+size_t dtype_size(DType dtype);
+at::ScalarType to_scalar_type(DType dtype);
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<int64_t> shape;                          // -1 for a dynamic dim
+  std::vector<std::pair<int64_t, int64_t>> ranges;     // inclusive [min, max] per dim; [0, -1] = unknown
+};
+
+struct SampleFiles {
+  std::vector<std::string> inputs;   // archive paths relative to the archive root
+  std::vector<std::string> outputs;
+};
+
+// The parsed manifest (docs/manifest.md). Plain data; copyable.
+struct Manifest {
+  std::string format;
+  std::string aotc_version;
+  std::string name;
+  std::string torch_version;
+  std::string device;                        // "cpu" or "cuda"
+  std::string cpu_isa;                       // "" when none
+  std::vector<std::string> cuda_arch;        // empty for CPU packages
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::optional<std::pair<int64_t, int64_t>> batch;  // [min, max] of the shared dynamic batch dim
+  double atol = 1e-4;
+  double rtol = 1e-4;
+  std::vector<std::pair<std::string, std::string>> files_sha256;  // archive path -> lower-case hex
+  std::vector<SampleFiles> samples;
+  std::string raw_json;                      // the manifest exactly as stored
+};
+
+// Parses a manifest JSON string. Throws Error(PackageRefused) naming the field that is missing or wrong.
+Manifest parse_manifest(const std::string& json);
+
+struct SessionOptions {
+  size_t num_runners = 1;      // how many run() calls may execute in the model at once
+  int device_index = -1;       // CUDA device for a CUDA package; -1 = current device
+  bool verify_hashes = true;   // check files_sha256 before the .so is loaded
+};
+
+class Session {
+ public:
+  // Opens and verifies `package_path`, then loads the model. Throws Error(PackageRefused) with one line
+  // saying why when the package cannot run here (torch major.minor, device, CUDA arch, CPU ISA, hash
+  // mismatch, corrupt/truncated archive, missing or malformed manifest).
+  static std::unique_ptr<Session> open(const std::string& package_path, const SessionOptions& options = {});
+  ~Session();
+
+  const Manifest& manifest() const;
+  const std::string& path() const;
+
+  // Validates inputs against the manifest (count, dtype, rank, every dim against its static value or
+  // dynamic range, device) and runs the model. Non-contiguous inputs are copied to contiguous first.
+  // Throws Error(InvalidInput) with the numbers (name, expected, got) before anything reaches the .so.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+
+  // The same check run() does, without running. Throws Error(InvalidInput).
+  void validate(const std::vector<at::Tensor>& inputs) const;
+
+  // The stored samples: inputs and eager outputs, as CPU tensors.
+  std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> load_samples() const;
+
+ private:
+  Session();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Checks whether a package could run here without loading its code. Returns std::nullopt when it can, else
+// the one-line reason. Used by Session::open and by `aotc inspect`-style tools.
+std::optional<std::string> why_cannot_run(const Manifest& manifest);
+
+// Reads the manifest from a package without loading its .so. Throws Error(PackageRefused/NotFound).
+Manifest read_manifest(const std::string& package_path);
+
+}  // namespace aotc
