@@ -1,0 +1,26 @@
+"""The one error base of aotc, and the client's own errors.
+
+It lives on the client side, the lower layer, so that `aotc_client` needs nothing from `aotc` and `aotc`
+(the exporter, the servers' Python side) can subclass it. The CLI catches AotcError once and prints its
+message as one line; a message says what was wrong and what was expected.
+"""
+
+
+class AotcError(Exception):
+    """Base of every error aotc reports to a user. `exit_code` is what the CLI exits with."""
+
+    exit_code = 2
+
+
+class ServerError(AotcError):
+    """A server answered with an error status, or not at all."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ParityError(AotcError):
+    """Outputs differ from the reference beyond tolerance."""
+
+    exit_code = 1
