@@ -24,3 +24,12 @@ class ParityError(AotcError):
     """Outputs differ from the reference beyond tolerance."""
 
     exit_code = 1
+
+
+class RequestError(AotcError):
+    """A request breaks the protocol or disagrees with the model's specs. `status` is the HTTP status a
+    server answers it with (400 bad request, 404 unknown model, 413 too large, 501 unsupported encoding)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status

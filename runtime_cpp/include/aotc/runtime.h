@@ -82,13 +82,16 @@ struct SessionOptions {
   size_t num_runners = 1;      // how many run() calls may execute in the model at once
   int device_index = -1;       // CUDA device for a CUDA package; -1 = current device
   bool verify_hashes = true;   // check files_sha256 before the .so is loaded
+  bool cuda_graphs = true;     // CUDA package: capture/replay a CUDA graph per batch bucket (AOTC_CUDA_GRAPHS=0 also turns it off)
 };
 
 class Session {
  public:
   // Opens and verifies `package_path`, then loads the model. Throws Error(PackageRefused) with one line
   // saying why when the package cannot run here (torch major.minor, device, CUDA arch, CPU ISA, hash
-  // mismatch, corrupt/truncated archive, missing or malformed manifest).
+  // mismatch, corrupt/truncated archive, missing or malformed manifest); Error(NotFound) when there is no
+  // such file. Verification and loading use one private copy of the archive (in a 0700 temp dir, removed
+  // once loaded), so what was hashed is what is loaded.
   static std::unique_ptr<Session> open(const std::string& package_path, const SessionOptions& options = {});
   ~Session();
 
@@ -96,8 +99,10 @@ class Session {
   const std::string& path() const;
 
   // Validates inputs against the manifest (count, dtype, rank, every dim against its static value or
-  // dynamic range, device) and runs the model. Non-contiguous inputs are copied to contiguous first.
-  // Throws Error(InvalidInput) with the numbers (name, expected, got) before anything reaches the .so.
+  // dynamic range, device) and runs the model. Non-contiguous inputs are copied to contiguous first;
+  // CPU inputs of a CUDA package are copied to its device. Outputs are on the package's device.
+  // Throws Error(InvalidInput) with the numbers (name, expected, got) before anything reaches the .so,
+  // Error(Internal) when the model itself fails.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 
   // The same check run() does, without running. Throws Error(InvalidInput).
@@ -118,5 +123,17 @@ std::optional<std::string> why_cannot_run(const Manifest& manifest);
 
 // Reads the manifest from a package without loading its .so. Throws Error(PackageRefused/NotFound).
 Manifest read_manifest(const std::string& package_path);
+
+// The check Session::run and Session::validate do, on a manifest alone. Throws Error(InvalidInput).
+void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& inputs);
+
+// How far `got` is from `expected` under the manifest's parity rule abs(a-b) <= atol + rtol*abs(b).
+struct Comparison {
+  bool ok = false;          // shapes and dtypes agree and every element is within tolerance
+  double max_abs = 0.0;     // max |got - expected|
+  double max_rel = 0.0;     // max |got - expected| / |expected| over elements where expected != 0
+  std::string mismatch;     // "" when shapes/dtypes agree, else what differs
+};
+Comparison compare(const at::Tensor& got, const at::Tensor& expected, double atol, double rtol);
 
 }  // namespace aotc

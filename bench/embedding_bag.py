@@ -1,0 +1,194 @@
+"""Embedding-bag benchmark: ATen eager, AOTInductor with ATen's kernel, and each aotc lowering, on one device.
+
+Part 1 (kernel): the reference shape of shared/BASELINES.md (CPU: 1,000,000 x 64 fp32 table, 2048 bags of
+1..64 ids; CUDA: 2,000,000 x 128 fp16, 4096 bags of 1..64), mean pooling with offsets. Each lowering is
+exported, rewritten by aotc's pass and compiled by AOTInductor, then timed from the package; the time is
+shown next to the useful bandwidth (bytes of table rows the bags need / time) and the copy bandwidth
+measured in the same run. Part 2 (model): models/embedding_bag.py end to end, eager vs plain AOTI (no
+rewrite) vs the aotc package (`aotc export`, lowering chosen by auto).
+
+    .venv/bin/python bench/embedding_bag.py --device cpu [--threads 1] [--json out.json] [--skip-model]
+    python bench/embedding_bag.py --device cuda   # on the GPU machine
+
+A benchmark, not a test: it asserts nothing and runs one thing at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+SHAPES = {"cpu": (1_000_000, 64, torch.float32, 2048), "cuda": (2_000_000, 128, torch.float16, 4096)}
+
+
+def timer(fn, device: str, reps: int = 50) -> float:
+    """Median milliseconds per call (CUDA: triton's do_bench, GPU time)."""
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return do_bench(fn, warmup=50, rep=300, return_mode="median")
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples) * 1e3
+
+
+def copy_gbs(device: str, nbytes: int = 256 << 20) -> float:
+    """Copy bandwidth, GB/s counting read + write."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    return 2 * nbytes / (timer(lambda: dst.copy_(src), device, reps=20) * 1e-3) / 1e9
+
+
+class Bag(nn.Module):
+    def __init__(self, rows, dim, dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.bag = nn.EmbeddingBag(rows, dim, mode="mean").to(dtype)
+
+    def forward(self, ids, offsets):  # ids [N], offsets [B] -> [B, D]
+        return self.bag(ids, offsets)
+
+
+def reference_inputs(rows, batch, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 65, (batch,), generator=g)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    ids = torch.randint(0, rows, (int(lengths.sum()),), generator=g)
+    return ids.to(device), offsets.to(device)
+
+
+def compile_package(ep, path: str, device: str) -> callable:
+    configs = {"freezing": True} if device == "cpu" else {}
+    torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
+    return torch._inductor.aoti_load_package(path)
+
+
+def kernel_bench(device: str, lowerings: list[str], tmp: str) -> list[dict]:
+    from aotc.loader import ensure_libstdcxx_global
+    from aotc.rewrite import eb_lowerings as low
+    from aotc.rewrite import embedding_bag as eb
+
+    ensure_libstdcxx_global()
+    rows, dim, dtype, batch = SHAPES[device]
+    model = Bag(rows, dim, dtype).to(device).eval()
+    ids, offsets = reference_inputs(rows, batch, device)
+    useful = ids.numel() * dim * model.bag.weight.element_size()
+    with torch.no_grad():
+        want = model(ids, offsets).float()
+    shapes = ({0: torch.export.Dim("n", min=1, max=64 * batch)}, {0: torch.export.Dim("b", min=1, max=batch)})
+    ep = torch.export.export(model, (ids, offsets), dynamic_shapes=shapes)
+    results = []
+
+    def record(name, fn):
+        with torch.no_grad():
+            err = (fn().float() - want).abs().max().item()
+            ms = timer(fn, device)
+        results.append({"variant": name, "ms": ms, "useful_gbs": useful / (ms * 1e-3) / 1e9, "max_abs_err": err})
+        print(f"  {name:<28} {ms:8.3f} ms  {results[-1]['useful_gbs']:8.1f} GB/s useful  (err {err:.1e})",
+              flush=True)
+
+    print(f"reference shape: {rows} x {dim} {dtype}, {batch} bags of 1..64 ids, mean; "
+          f"{useful / 1e6:.1f} MB of useful rows", flush=True)
+    record("eager ATen embedding_bag", lambda: model(ids, offsets))
+    a = low.EbArgs(model.bag.weight, ids, offsets, low.MODE_MEAN)
+    for name in lowerings:
+        if name == "triton":
+            from aotc.kernels import embedding_bag as kernel
+
+            record("eager aotc Triton kernel", lambda: kernel.pool(a.weight, ids, offsets, low.MODE_MEAN))
+        t = time.perf_counter()
+        new_ep, _ = eb.rewrite(ep, (ids, offsets), device, name)
+        runner = compile_package(new_ep, os.path.join(tmp, f"eb_{name}.pt2"), device)
+        print(f"    (AOTI compile of {name}: {time.perf_counter() - t:.0f} s)", flush=True)
+        label = "AOTI, ATen kernel (fallback)" if name == "aten" else f"AOTI, aotc {name}"
+        record(label, lambda: runner(ids, offsets))
+    return results
+
+
+def model_bench(device: str, spec: str, batch: int, tmp: str) -> list[dict]:
+    """The recommendation model end to end: eager, plain AOTI (no rewrite), aotc package."""
+    sys.path.insert(0, str(REPO / "models"))
+    import embedding_bag as rec
+
+    from aotc.loader import load_package
+
+    name = spec.partition(":")[2] or "model"
+    model = getattr(rec, name)().to(device).eval()
+    example = tuple(x.to(device) for x in rec.example_inputs())
+    inputs = tuple(x.to(device) for x in rec.make_inputs(batch=batch, max_bag=64, seed=1))
+    results = []
+    with torch.no_grad():
+        want = model(*inputs)
+
+    def record(label, fn):
+        with torch.no_grad():
+            err = (fn() - want).abs().max().item()
+            ms = timer(fn, device, reps=30)
+        results.append({"variant": label, "ms": ms, "max_abs_err": err})
+        print(f"  {label:<40} {ms:8.3f} ms  (err {err:.1e})", flush=True)
+
+    print(f"model {spec}, batch {batch}, bags of 0..64 ids", flush=True)
+    record("eager", lambda: model(*inputs))
+    ep = torch.export.export(model, example, dynamic_shapes=rec.dynamic_shapes())
+    plain = compile_package(ep, os.path.join(tmp, "plain.pt2"), device)
+    record("plain AOTI (ATen fallback kernels)", lambda: plain(*inputs))
+    out = os.path.join(tmp, "aotc.pt2")
+    r = subprocess.run([sys.executable, "-m", "aotc.cli", "export", spec, "-o", out, "--device", device],
+                       cwd=REPO, capture_output=True, text=True)
+    chosen = [line for line in r.stdout.splitlines() if line.startswith("rewrite")]
+    print("   ", chosen[0] if chosen else r.stderr[-2000:], flush=True)
+    if r.returncode == 0:
+        runner = load_package(out)
+        record("aotc package (aotc export)", lambda: runner(*inputs)[0])
+    return results
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--lowerings", default=None, help="comma list; default: every lowering for the device")
+    p.add_argument("--model", default="models/embedding_bag.py", help="model spec for part 2")
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--skip-model", action="store_true")
+    p.add_argument("--skip-kernel", action="store_true")
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 gives steady numbers on a loaded machine)")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from aotc.rewrite import embedding_bag as eb
+
+    lowerings = args.lowerings.split(",") if args.lowerings else eb.candidates_for(args.device)
+    info = {"device": torch.cuda.get_device_name() if args.device == "cuda" else f"cpu x{os.cpu_count()}",
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "load_avg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    print(json.dumps(info), flush=True)
+    info["copy_gbs"] = copy_gbs(args.device)
+    print(f"copy bandwidth (read+write): {info['copy_gbs']:.1f} GB/s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="aotc-bench-") as tmp:
+        if not args.skip_kernel:
+            info["kernel"] = kernel_bench(args.device, lowerings, tmp)
+        if not args.skip_model:
+            info["model"] = model_bench(args.device, args.model, args.batch, tmp)
+    if args.json:
+        Path(args.json).write_text(json.dumps(info, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The CUDA end-to-end run, one command on a GPU machine with no network, from the repository root:
+#   bash bench/gpu.sh            (results in $OUT, default ./out/gpu)
+# The carried dependencies travel in the git-ignored folders .whl/ (wheels for Python 3.12) and .deb/ (Debian
+# 12 packages): name both in the device tool's `carry`. Refill them on the development machine with the
+# commands in docs/gpu.md.
+# Stages, each timed: unpack the carried dependencies (.deb/ with dpkg -x into a private folder, .whl/ with
+# pip --target), build the C++ runtime, server and pybind module in build/gpu, export the examples with
+# --device cuda, run `pytest -m cuda`, run bench/gpu_models.py. A stage that fails is reported and the
+# stages after it still run where they can. Not for the CPU development machine (it has no CUDA).
+# Writes at most 8 files to $OUT: summary.txt, env.txt, build.log, export.log, pytest.log, bench.log,
+# gpu_bench.md, gpu_bench.json.
+# Knobs: AOTC_GPU_BUDGET_S (default 560: seconds the whole script may take; the benchmark gets what is
+# left), AOTC_GPU_STAGES (default "deps build export test bench"), AOTC_TEST_TIMEOUT_S (default 240),
+# AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune").
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-$ROOT/out/gpu}
+mkdir -p "$OUT"
+START=$(date +%s)
+BUDGET=${AOTC_GPU_BUDGET_S:-560}
+STAGES=${AOTC_GPU_STAGES:-"deps build export test bench"}
+DEPS=/tmp/aotc-deps          # unpacked .debs (never into /)
+SITE=/tmp/aotc-site          # carried wheels
+PKGS=/tmp/aotc-pkgs          # exported packages, shared by the tests and the benchmark
+BIN=/tmp/aotc-bin            # aotc, aotc-run, aotc-server on PATH
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/aotc-inductor-cache
+export PYTHONPATH=$SITE:$ROOT/export:$ROOT/python_client${PYTHONPATH:+:$PYTHONPATH}
+export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PATH=$BIN:$DEPS/usr/bin:$PATH
+export AOTC_CUDA_PACKAGES=$PKGS
+PY=$(command -v python3)
+
+say() { echo "[gpu.sh +$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+# stage NAME LOG CMD...: runs CMD with its output in LOG (and on the console), records time and status.
+stage() {
+  local name=$1 log=$2; shift 2
+  if ! want "$name"; then say "stage $name: skipped (not in AOTC_GPU_STAGES)"; return 0; fi
+  local t0=$(date +%s) rc
+  say "stage $name: start"
+  ( set -o pipefail; "$@" 2>&1 | tee -a "$log" )
+  rc=$?
+  say "stage $name: $( [ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)" ) in $(( $(date +%s) - t0 ))s"
+  return $rc
+}
+
+# ---- deps: .deb -> $DEPS, .whl -> $SITE ---------------------------------------------------------------------
+has_lib() { ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$1 .*x86-64"; }
+sys_lib() { ldconfig -p 2>/dev/null | awk -v n="$1" '$1==n && /x86-64/ {print $NF; exit}'; }
+deps() {
+  rm -rf "$DEPS" "$SITE" && mkdir -p "$DEPS" "$SITE" "$BIN" "$PKGS"
+  local have_pkgconfig=no
+  command -v pkg-config >/dev/null && have_pkgconfig=yes
+  for deb in .deb/*.deb; do
+    case $(basename "$deb") in
+      # run-time libraries: only where the machine lacks them (its own are newer and already loaded)
+      libssl3_*) has_lib libssl.so.3 && continue ;;
+      libbrotli1_*) has_lib libbrotlidec.so.1 && continue ;;
+      # pkg-config itself: only where the machine has none
+      pkgconf*|libpkgconf*) [ $have_pkgconfig = yes ] && continue ;;
+    esac
+    dpkg -x "$deb" "$DEPS" || return 1
+  done
+  # -dev symlinks (libz.so -> libz.so.1.2.13) point at Debian's file names: aim the dangling ones at the
+  # machine's library of the same soname.
+  local lib
+  for lib in "$DEPS"/usr/lib/x86_64-linux-gnu/*.so; do
+    [ -L "$lib" ] && [ ! -e "$lib" ] || continue
+    local soname real
+    soname=$(basename "$(readlink "$lib")" | sed -E 's/^(lib[^.]+\.so\.[0-9]+).*/\1/')
+    real=$(sys_lib "$soname")
+    if [ -n "$real" ]; then ln -sf "$real" "$lib"; else echo "warning: $lib: no $soname on this machine"; fi
+  done
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+  "$PY" -c "import fastapi, uvicorn, tritonclient.http, gevent; print('wheels import: ok')"
+}
+
+# ---- build: aotc_runtime, aotc-run, aotc-server, aotc._runtime in build/gpu -----------------------------------
+build() {
+  local torch_prefix
+  torch_prefix=$("$PY" -c 'import torch;print(torch.utils.cmake_prefix_path)')
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DAOTC_BUILD_TESTS=OFF \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" -DAOTC_DEPS_PREFIX="$DEPS" -DPython_EXECUTABLE="$PY" || return 1
+  ninja -C build/gpu -j"$(nproc)" || return 1
+  grep -q "AOTC_WITH_CUDA" build/gpu/build.ninja && echo "CUDA runtime pieces: built" \
+    || echo "CUDA runtime pieces: NOT built (this libtorch has no CUDA)"
+  # aotc._runtime next to the aotc sources (this checkout is a throw-away copy), binaries on PATH
+  find build/gpu -name '_runtime*.so' -exec cp {} export/aotc/ \;
+  local exe
+  for exe in aotc-run aotc-server; do
+    local p
+    p=$(find build/gpu -type f -name "$exe" -perm -u+x | head -1)
+    [ -n "$p" ] && ln -sf "$ROOT/$p" "$BIN/$exe" || echo "warning: $exe was not built"
+  done
+}
+
+make_cli() {
+  mkdir -p "$BIN"
+  printf '#!/bin/sh\nexec %s -c "import sys; from aotc.cli import main; sys.exit(main())" "$@"\n' "$PY" >"$BIN/aotc"
+  chmod +x "$BIN/aotc"
+}
+
+# ---- export: the examples for CUDA, both at once and while the C++ build runs ---------------------------------
+export_start() {
+  mkdir -p "$PKGS"
+  ( aotc export models/mlp.py --device cuda --name mlp -o "$PKGS/mlp.pt2" >"$PKGS/mlp.log" 2>&1
+    echo $? >"$PKGS/mlp.rc" ) &
+  ( aotc export models/bert.py:bert_base --device cuda --dtype fp16 --name bert_base -o "$PKGS/bert_base.pt2" \
+      >"$PKGS/bert_base.log" 2>&1
+    echo $? >"$PKGS/bert_base.rc" ) &
+}
+export_report() {
+  local ok=0 m
+  for m in mlp bert_base; do
+    echo "== aotc export $m: exit $(cat "$PKGS/$m.rc" 2>/dev/null || echo '?')"
+    cat "$PKGS/$m.log" 2>/dev/null
+    [ "$(cat "$PKGS/$m.rc" 2>/dev/null)" = 0 ] || ok=1
+  done
+  return $ok
+}
+
+env_report() {
+  {
+    date -u; uname -a; nproc
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
+    "$PY" -c 'import torch,sys;print("python",sys.version.split()[0],"torch",torch.__version__,"cuda",torch.version.cuda,"gpu",torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
+    command -v nvcc && nvcc --version | tail -2; g++ --version | head -1; cmake --version | head -1
+    for l in libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libz.so.1; do echo "$l: $(sys_lib $l)"; done
+    for h in openssl/ssl.h zlib.h brotli/decode.h httplib.h rapidjson/document.h; do
+      [ -e /usr/include/$h ] && echo "system has $h" || echo "system lacks $h"; done
+    command -v pkg-config || echo "no pkg-config on the machine"
+  } >"$OUT/env.txt" 2>&1
+}
+
+env_report
+make_cli
+stage deps "$OUT/build.log" deps
+T_EXPORT=$(date +%s)
+want export && export_start
+stage build "$OUT/build.log" build
+if want export; then
+  say "stage export: waiting (started with the build)"
+  wait
+  ( set -o pipefail; export_report 2>&1 | tee -a "$OUT/export.log" )
+  rc=$?
+  say "stage export: $( [ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)" ) in $(( $(date +%s) - T_EXPORT ))s (both models, parallel)"
+fi
+stage test "$OUT/pytest.log" timeout "${AOTC_TEST_TIMEOUT_S:-240}" "$PY" -m pytest -m cuda -q -p no:cacheprovider \
+  --timeout=120 -rs tests
+LEFT=$(( BUDGET - ($(date +%s) - START) ))
+say "benchmark budget: ${LEFT}s"
+stage bench "$OUT/bench.log" "$PY" bench/gpu_models.py --packages "$PKGS" --budget-s "$LEFT" \
+  --out "$OUT/gpu_bench.md" ${AOTC_BENCH_ARGS:-}
+say "done in $(( $(date +%s) - START ))s"

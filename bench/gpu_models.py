@@ -1,0 +1,371 @@
+"""Per-call latency on one GPU of the seed MLP (batch 64, fp32) and BERT-base (12x768, seq 128, fp16, batch 1
+and 8): eager; torch.compile default, reduce-overhead, max-autotune; PyTorch's Python AOTI runner; the aotc C++
+runtime (aotc-run --bench) with and without CUDA graphs; aotc-server over HTTP at concurrency 1 and 32; BERT
+batch-1 requests at concurrency 32 with and without dynamic batching. Writes a markdown table (and a .json
+beside it). Run by bench/gpu.sh on the GPU machine:
+  python bench/gpu_models.py --packages DIR [--budget-s S] [--out gpu_bench.md]
+DIR holds mlp.pt2 and bert_base.pt2 from `aotc export --device cuda`. Not a test: it asserts nothing, and a
+part that cannot run (no package, no aotc-server, no time left) is skipped with the reason printed.
+In-process numbers are medians of CUDA-event times, one synchronized call at a time, inputs already on the
+GPU ("device") or copied in from pinned host memory and out again ("host"); aotc-run and HTTP numbers are
+wall-clock medians, host to host. HTTP load runs in 8 client processes of 4 threads (32 connections).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
+COST_S = {"compile": 45, "compile-reduce-overhead": 50, "compile-max-autotune": 150}  # per (model, batch)
+
+
+def load_model(name: str, torch):
+    path, fn, dtype = {"mlp": ("models/mlp.py", "model", torch.float32),
+                       "bert_base": ("models/bert.py", "bert_base", torch.float16)}[name]
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, fn)().to("cuda", dtype).eval()
+
+
+def make_input(name: str, batch: int, torch):
+    g = torch.Generator().manual_seed(batch)
+    if name == "mlp":
+        return torch.randn(batch, 512, generator=g)
+    return torch.randint(0, 30522, (batch, 128), generator=g)
+
+
+def time_events(fn, iters: int, warmup: int, torch) -> float:
+    """Median ms per call, CUDA events around each call, synchronized after each."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(iters):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure(fn, x_host, iters, torch) -> dict:
+    """{'device': ms, 'host': ms} for fn(x) with x on the GPU, and with pinned host copies in and out."""
+    x_dev = x_host.cuda()
+    pinned = x_host.pin_memory()
+
+    def host_to_host():
+        out = fn(pinned.cuda(non_blocking=True))
+        out = out if isinstance(out, (tuple, list)) else (out,)
+        return [o.to("cpu", non_blocking=True) for o in out]
+
+    with torch.inference_mode():
+        return {"device": time_events(lambda: fn(x_dev), iters, 20, torch),
+                "host": time_events(host_to_host, iters, 20, torch)}
+
+
+# ---- aotc-run ----------------------------------------------------------------------------------------------
+def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path) -> float:
+    import numpy as np
+
+    exe = shutil.which("aotc-run")
+    if exe is None:
+        raise RuntimeError("aotc-run is not on PATH")
+    npy = tmp / f"in_{pkg.stem}_{x_host.shape[0]}.npy"
+    np.save(npy, x_host.numpy())
+    cmd = [exe, str(pkg), str(npy), "--bench", str(iters), "--warmup", "50"] + ([] if graphs else ["--no-cuda-graphs"])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    m = re.search(r"p50_us=([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return float(m.group(1)) / 1e3
+
+
+# ---- HTTP (Open Inference Protocol, binary tensors) ----------------------------------------------------------
+def infer_body(x, name: str) -> tuple[bytes, dict]:
+    import numpy as np
+
+    arr = np.ascontiguousarray(x.numpy())
+    dt = {"float32": "FP32", "int64": "INT64", "float16": "FP16"}[str(arr.dtype)]
+    header = json.dumps({"inputs": [{"name": name, "shape": list(arr.shape), "datatype": dt,
+                                     "parameters": {"binary_data_size": arr.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return header + arr.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
+
+
+def _client(port, path, body, headers, t_from, deadline, out_q, n_threads):
+    """One client process: n_threads keep-alive connections posting `body` until `deadline` (time.time());
+    requests that start before `t_from` warm up and are not counted."""
+    lat, errors = [], []
+
+    def connect():
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+
+    def loop():
+        conn = connect()
+        while time.time() < deadline:
+            t0 = time.perf_counter()
+            try:
+                conn.request("POST", path, body, headers)
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status != 200:
+                    errors.append(resp.status)
+                    continue
+            except (http.client.HTTPException, OSError) as e:
+                errors.append(type(e).__name__)
+                conn.close()
+                conn = connect()
+                continue
+            if time.time() - (time.perf_counter() - t0) >= t_from:
+                lat.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=loop) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out_q.put((lat, errors[:5], len(errors)))
+
+
+def http_load(port, model, x, input_name, concurrency, seconds) -> dict:
+    body, headers = infer_body(x, input_name)
+    path = f"/v2/models/{model}/infer"
+    procs_n = 1 if concurrency == 1 else 8
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    t_from = time.time() + 2.0  # the processes need about a second to start
+    deadline = t_from + seconds
+    procs = [ctx.Process(target=_client, args=(port, path, body, headers, t_from, deadline, q, concurrency // procs_n))
+             for _ in range(procs_n)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=seconds + 60) for _ in procs]
+    for p in procs:
+        p.join()
+    lat = sorted(v for r in results for v in r[0])
+    n_err = sum(r[2] for r in results)
+    if not lat:
+        raise RuntimeError(f"no successful request; errors {[r[1] for r in results]}")
+    return {"p50_ms": statistics.median(lat) * 1e3, "req_per_s": len(lat) / seconds, "errors": n_err}
+
+
+class Server:
+    """aotc-server on a repository of symlinked packages; stopped on exit."""
+
+    def __init__(self, models: dict[str, tuple[Path, dict]], tmp: Path):
+        exe = shutil.which("aotc-server")
+        if exe is None:
+            raise RuntimeError("aotc-server is not on PATH")
+        repo = tmp / "repo"
+        for name, (pkg, config) in models.items():
+            (repo / name / "1").mkdir(parents=True, exist_ok=True)
+            os.symlink(pkg, repo / name / "1" / "model.pt2")
+            (repo / name / "config.json").write_text(json.dumps(config))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.log = open(tmp / "server.log", "w")
+        self.proc = subprocess.Popen([exe, "--model-repository", str(repo), "--http-port", str(self.port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"aotc-server exited with {self.proc.returncode}: "
+                                   f"{(tmp / 'server.log').read_text()[-400:]}")
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                c.request("GET", "/v2/health/ready")
+                if c.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.close()
+        raise RuntimeError("aotc-server was not ready within 60 s")
+
+    def close(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+# ---- the run -----------------------------------------------------------------------------------------------
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--packages", type=Path, required=True, help="folder with mlp.pt2 and bert_base.pt2")
+    ap.add_argument("--budget-s", type=float, default=480, help="stop starting new parts after this long")
+    ap.add_argument("--out", type=Path, default=Path("gpu_bench.md"))
+    ap.add_argument("--http-seconds", type=float, default=3.0, help="seconds per HTTP load level")
+    ap.add_argument("--skip", default="", help="comma-separated parts to leave out, e.g. compile-max-autotune")
+    args = ap.parse_args()
+    t_start = time.time()
+    skip = set(filter(None, args.skip.split(",")))
+
+    import torch
+
+    sys.path.insert(0, str(ROOT / "export"))
+    from aotc.loader import ensure_libstdcxx_global, read_manifest
+
+    ensure_libstdcxx_global()  # before any AOTI .so is loaded in this process (../shared/GPU.md)
+    torch._dynamo.config.automatic_dynamic_shapes = False  # one static graph per batch size, like the baseline
+    torch._dynamo.config.cache_size_limit = 64
+    res: dict[tuple, dict] = {}
+    notes: list[str] = []
+    tmp = Path(tempfile.mkdtemp(prefix="aotc-gpu-bench-"))
+
+    def left() -> float:
+        return args.budget_s - (time.time() - t_start)
+
+    def part(label, cost_s, fn):
+        if label.split(":")[0] in skip:
+            notes.append(f"{label}: skipped (--skip)")
+        elif left() < cost_s:
+            notes.append(f"{label}: skipped, {left():.0f} s of budget left, needs about {cost_s} s")
+        else:
+            t0 = time.time()
+            try:
+                fn()
+                print(f"{label}: done in {time.time() - t0:.1f} s", flush=True)
+                return
+            except Exception as e:  # a benchmark part that fails is reported, the rest still runs
+                notes.append(f"{label}: failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")
+        print(notes[-1], flush=True)
+
+    def iters(name):
+        return 300 if name == "mlp" else 100
+
+    models = {}
+    for name in ("mlp", "bert_base"):
+        models[name] = load_model(name, torch)
+
+    for name, b in CASES:
+        x = make_input(name, b, torch)
+
+        def eager(name=name, b=b, x=x):
+            res[(name, b)]["eager"] = measure(models[name], x, iters(name), torch)
+
+        res[(name, b)] = {}
+        part(f"eager:{name}:b{b}", 5, eager)
+
+    for name in ("mlp", "bert_base"):
+        pkg = args.packages / f"{name}.pt2"
+        if not pkg.is_file():
+            notes.append(f"{name}: no package at {pkg}: AOTI and aotc parts skipped")
+            continue
+
+        def aoti(name=name, pkg=pkg):
+            runner = torch._inductor.aoti_load_package(str(pkg))
+            for n, b in CASES:
+                if n == name:
+                    res[(n, b)]["aoti-python"] = measure(lambda x: runner(x), make_input(n, b, torch), iters(n), torch)
+
+        part(f"aoti-python:{name}", 10, aoti)
+        for graphs in (False, True):
+            def cpp(name=name, pkg=pkg, graphs=graphs):
+                for n, b in CASES:
+                    if n == name:
+                        ms = aotc_run_bench(pkg, make_input(n, b, torch), graphs, 5 * iters(n), tmp)
+                        res[(n, b)]["aotc-run" + (" graphs" if graphs else "")] = {"host": ms}
+
+            part(f"aotc-run:{name}:{'graphs' if graphs else 'no-graphs'}", 10, cpp)
+
+    def server():
+        bert = args.packages / "bert_base.pt2"
+        input_name = {n: read_manifest(str(args.packages / f"{n}.pt2"))["inputs"][0]["name"] for n in ("mlp", "bert_base")}
+        cfg = {"max_batch_size": 64, "max_queue_delay_us": 200, "num_runners": 2}
+        srv = Server({"mlp": (args.packages / "mlp.pt2", {**cfg, "max_batch_size": 1024}),
+                      "bert_base": (bert, cfg),
+                      "bert_base_unbatched": (bert, {"max_batch_size": 0, "num_runners": 2})}, tmp)
+        try:
+            for n, b in CASES:
+                x = make_input(n, b, torch)
+                for c in (1, 32):
+                    res[(n, b)][f"http c{c}"] = http_load(srv.port, n, x, input_name[n], c, args.http_seconds)
+            x1 = make_input("bert_base", 1, torch)
+            res[("bert_base", 1)]["http c32 unbatched"] = http_load(
+                srv.port, "bert_base_unbatched", x1, input_name["bert_base"], 32, args.http_seconds)
+        finally:
+            srv.close()
+
+    part("aotc-server", 8 * args.http_seconds + 40, server)
+
+    for mode in ("default", "reduce-overhead", "max-autotune"):
+        key = "compile" if mode == "default" else f"compile-{mode}"
+        for name, b in CASES:
+            def comp(name=name, b=b, mode=mode, key=key):
+                torch._dynamo.reset()
+                fn = torch.compile(models[name], mode=None if mode == "default" else mode)
+                res[(name, b)][key] = measure(fn, make_input(name, b, torch), iters(name), torch)
+
+            part(f"{key}:{name}:b{b}", COST_S[key] * (2 if name == "bert_base" else 1), comp)
+
+    write_report(args.out, res, notes, torch, time.time() - t_start)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float) -> None:
+    cols = ["eager", "compile", "compile-max-autotune", "compile-reduce-overhead", "aoti-python", "aotc-run",
+            "aotc-run graphs", "http c1", "http c32"]
+
+    def cell(d, kind):
+        if d is None:
+            return "-"
+        if "p50_ms" in d:
+            if kind == "device":
+                return "-"
+            return f"{d['p50_ms']:.3f} ({d['req_per_s']:.0f}/s)"
+        return f"{d[kind]:.3f}" if kind in d else "-"
+
+    dev = torch.cuda.get_device_name(0)
+    lines = [f"# GPU benchmark: {dev}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+             "", f"Command: `bash bench/gpu.sh` (bench/gpu_models.py, {seconds:.0f} s). Median ms per call; "
+             "in-process columns by CUDA events (device-resident inputs, then `host`: pinned copies in and "
+             "out); aotc-run and HTTP are wall clock, host to host; HTTP cells: p50 ms (requests/s).", ""]
+    for kind in ("device", "host"):
+        lines += [f"## {kind}", "", "| model | batch | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
+        for (name, b), d in res.items():
+            lines.append(f"| {name} | {b} | " + " | ".join(cell(d.get(c), kind) for c in cols) + " |")
+        lines.append("")
+    unb = res.get(("bert_base", 1), {}).get("http c32 unbatched")
+    bat = res.get(("bert_base", 1), {}).get("http c32")
+    if unb and bat:
+        lines += [f"BERT batch-1 requests at concurrency 32: dynamic batching {bat['req_per_s']:.0f} req/s, "
+                  f"unbatched {unb['req_per_s']:.0f} req/s ({bat['req_per_s'] / unb['req_per_s']:.1f}x).", ""]
+    if notes:
+        lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
+    text = "\n".join(lines)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(
+        {"device": dev, "torch": torch.__version__, "results": {f"{n}/b{b}": d for (n, b), d in res.items()},
+         "notes": notes}, indent=1))
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

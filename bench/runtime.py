@@ -1,0 +1,171 @@
+"""Per-call latency of one model four ways on CPU: eager PyTorch, torch.compile, PyTorch's Python AOTI
+runner (torch._inductor.aoti_load_package) and the aotc C++ runtime (`aotc-run --bench`), side by side.
+
+    .venv/bin/python bench/runtime.py [--models mlp,simple,bert] [--batches 1,64] [--write-docs]
+
+Packages are taken from .cache/pkgs/<model>.pt2 (exported with `aotc export models/<model>.py` when
+missing). Inputs for a batch come from the model file's make_inputs(batch), else its example inputs tiled
+or cut along dim 0. Every backend runs the same inputs, single caller, libtorch's default intra-op threads;
+each timing is one call, after warm-up. Prints a markdown table; --write-docs puts it into the section
+"Runtime, CPU" of docs/benchmarks.md. A measurement, not a test: it asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "benchmarks.md"
+SECTION = "## Runtime, CPU"
+BUDGET_S = 3.0  # time per measurement; calls = clamp(BUDGET_S / eager latency, 20, max_calls)
+
+
+def _aotc_run() -> Path:
+    for p in (Path(sys.executable).parent / "aotc-run", REPO / "build" / "py" / "runtime_cpp" / "aotc-run"):
+        if p.is_file():
+            return p
+    sys.exit("bench/runtime.py: aotc-run is not built; run `make build`")
+
+
+def _package(name: str) -> Path:
+    pkg = REPO / ".cache" / "pkgs" / f"{name}.pt2"
+    if not pkg.exists():
+        subprocess.run([sys.executable, "-m", "aotc.cli", "export", f"models/{name}.py", "-o", str(pkg)],
+                       cwd=REPO, check=True)
+    return pkg
+
+
+def _inputs(mf, batch: int) -> tuple:
+    import torch
+
+    made = mf.make_inputs(batch)
+    if made is not None:
+        return tuple(made)
+    out = []
+    for x in mf.example_inputs:
+        reps = -(-batch // x.shape[0])
+        out.append(x.repeat(reps, *([1] * (x.dim() - 1)))[:batch].contiguous() if x.dim() else x)
+    return tuple(torch.as_tensor(x) for x in out)
+
+
+def _time_calls(fn, calls: int, warmup: int = 10) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t0) / 1e3)
+    return times
+
+
+def _stats(us: list[float]) -> tuple[float, float]:
+    us = sorted(us)
+    return statistics.median(us), us[min(len(us) - 1, round(0.9 * (len(us) - 1)))]
+
+
+def _cpp(pkg: Path, inputs: tuple, calls: int) -> tuple[float, float]:
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for i, x in enumerate(inputs):
+            files.append(os.path.join(tmp, f"in{i}.npy"))
+            np.save(files[-1], x.numpy())
+        r = subprocess.run([str(_aotc_run()), str(pkg), *files, "--bench", str(calls), "--warmup", "10"],
+                           capture_output=True, text=True, env={})
+    m = re.search(r"p50_us=([\d.]+) p90_us=([\d.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        sys.exit(f"aotc-run failed on {pkg}: {r.stderr.strip() or r.stdout}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def measure(name: str, batch: int, max_calls: int) -> dict:
+    import torch
+
+    from aotc.load_model import load_model_file
+    from aotc.loader import ensure_libstdcxx_global
+
+    pkg = _package(name)
+    mf = load_model_file(str(REPO / "models" / f"{name}.py"))
+    model = mf.model.eval()
+    inputs = _inputs(mf, batch)
+    row = {"model": name, "batch": batch}
+    with torch.no_grad():
+        eager = _time_calls(lambda: model(*inputs), 20)
+        calls = int(min(max_calls, max(20, BUDGET_S / (statistics.median(eager) / 1e6))))
+        row["eager"] = _stats(_time_calls(lambda: model(*inputs), calls))
+        compiled = torch.compile(model)
+        compiled(*inputs)  # compile outside the timing
+        row["torch.compile"] = _stats(_time_calls(lambda: compiled(*inputs), calls))
+        ensure_libstdcxx_global()
+        runner = torch._inductor.aoti_load_package(str(pkg))
+        row["AOTI Python runner"] = _stats(_time_calls(lambda: runner(*inputs), calls))
+    row["aotc C++ runtime"] = _cpp(pkg, inputs, calls)
+    row["calls"] = calls
+    return row
+
+
+BACKENDS = ("eager", "torch.compile", "AOTI Python runner", "aotc C++ runtime")
+
+
+def table(rows: list[dict]) -> str:
+    head = "| model | batch | " + " | ".join(BACKENDS) + " | fastest |"
+    lines = [head, "|" + "---|" * (len(BACKENDS) + 3)]
+    for r in rows:
+        cells = [f"{r[b][0]:.0f} / {r[b][1]:.0f}" for b in BACKENDS]
+        fastest = min(BACKENDS, key=lambda b: r[b][0])
+        lines.append(f"| {r['model']} | {r['batch']} | " + " | ".join(cells) + f" | {fastest} |")
+    return "\n".join(lines)
+
+
+def write_docs(text: str) -> None:
+    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    start = doc.find(SECTION)
+    if start < 0:
+        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
+    else:
+        nxt = doc.find("\n## ", start + len(SECTION))
+        doc = doc[:start] + text + ("\n" + doc[nxt + 1:] if nxt >= 0 else "\n")
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(doc)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="mlp,simple,bert")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--max-calls", type=int, default=300)
+    ap.add_argument("--write-docs", action="store_true", help=f"write the table into {DOC.relative_to(REPO)}")
+    args = ap.parse_args()
+    import torch
+
+    rows = []
+    for name in args.models.split(","):
+        for batch in map(int, args.batches.split(",")):
+            rows.append(measure(name, batch, args.max_calls))
+            print(f"{name} batch {batch}: " + ", ".join(f"{b} {rows[-1][b][0]:.0f} us" for b in BACKENDS),
+                  file=sys.stderr)
+    cmd = "python bench/runtime.py " + " ".join(sys.argv[1:])
+    text = (f"{SECTION}\n\nPer-call latency in microseconds, median / p90, one caller, CPU "
+            f"(torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} intra-op threads), "
+            f"{time.strftime('%Y-%m-%d', time.gmtime())}. Command: `{cmd.strip()}`.\n"
+            "eager and torch.compile run the model file's module; the AOTI Python runner is "
+            "`torch._inductor.aoti_load_package`; the C++ runtime is `aotc-run PKG in.npy --bench N` "
+            "(validation included, no Python).\n\n" + table(rows) + "\n")
+    print(text)
+    if args.write_docs:
+        write_docs(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Stage 2: run the model eagerly (the reference) and capture it with torch.export.
+
+This module places the model and inputs on the device and dtype asked for, computes the eager outputs,
+builds the dynamic_shapes (the file's own, or `--dynamic-batch` on dim 0 of every input), and turns
+torch.export's failures into one ExportError that names the cause and the fix. It does not compile.
+Pure functions of their arguments; torch.export itself is not thread-safe, so call from one thread.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aotc.errors import ExportError, ModelFileError
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def prepare(mf, device: str, dtype: str):
+    """Moves/casts the model and example inputs; returns (model, inputs). Float inputs take `dtype`."""
+    import torch
+
+    target = getattr(torch, DTYPES[dtype])
+    model = mf.model.to(device=device)
+    if dtype != "fp32":
+        model = model.to(dtype=target)
+    inputs = tuple(cast_input(x, device, target) for x in mf.example_inputs)
+    return model, inputs
+
+
+def cast_input(x, device: str, float_dtype):
+    x = x.to(device=device)
+    if x.is_floating_point() and float_dtype is not None and x.dtype != float_dtype:
+        x = x.to(float_dtype)
+    return x
+
+
+def eager_outputs(model, inputs, mf) -> tuple:
+    """Runs the model once with no grad; returns a tuple of output tensors (names checked)."""
+    import torch
+
+    with torch.no_grad():
+        try:
+            out = model(*inputs)
+        except Exception as e:
+            raise ModelFileError(f"{mf.path}: running the model eagerly on example_inputs() raised "
+                                 f"{type(e).__name__}: {_first_line(e)}") from e
+    outs = flatten_outputs(out, mf.path)
+    if mf.output_names is not None and len(mf.output_names) != len(outs):
+        raise ModelFileError(f"{mf.path}: output_names() gives {len(mf.output_names)} names but the model "
+                             f"returns {len(outs)} outputs")
+    return outs
+
+
+def flatten_outputs(out, path: str = "model") -> tuple:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return (out,)
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        return tuple(out)
+    raise ModelFileError(f"{path}: forward returned {type(out).__name__}, expected a tensor or a tuple of "
+                         f"tensors (return a tuple instead of a dict or nested structure)")
+
+
+def dynamic_shapes_for(mf, inputs, dynamic_batch: tuple[int, int] | None):
+    """The file's dynamic_shapes, with `--dynamic-batch MIN:MAX` (if given) put on dim 0 of every input."""
+    import torch
+
+    if dynamic_batch is None:
+        return mf.dynamic_shapes
+    lo, hi = dynamic_batch
+    sizes = {x.shape[0] if x.dim() else None for x in inputs}
+    if len(sizes) != 1 or None in sizes:
+        raise ExportError(f"--dynamic-batch needs every input to have the same dim 0, got shapes "
+                          f"{[list(x.shape) for x in inputs]}; declare dynamic_shapes() in the model file instead")
+    size = sizes.pop()
+    if not lo <= size <= hi:
+        raise ExportError(f"--dynamic-batch {lo}:{hi} does not contain the example batch size {size}; "
+                          f"widen the range or change example_inputs()")
+    batch = torch.export.Dim("batch", min=lo, max=hi)
+    base = mf.dynamic_shapes
+    out = {}
+    for i, name in enumerate(mf.input_names):
+        spec = base.get(name) if isinstance(base, dict) else (base[i] if base is not None else None)
+        spec = dict(enumerate(spec)) if isinstance(spec, (tuple, list)) else dict(spec or {})
+        spec[0] = batch
+        out[name] = spec
+    return out
+
+
+def export_model(model, inputs, dynamic_shapes, strict: bool, input_names: list[str], quiet: bool = True):
+    """torch.export with the failure explained; returns the ExportedProgram. quiet: swallow what torch
+    prints while it fails (graph dumps); --verbose shows it."""
+    import contextlib
+    import io
+
+    import torch
+
+    ds = dynamic_shapes
+    if isinstance(ds, dict):
+        # torch.export keys a dict by forward's parameter names; keep only those given
+        ds = {n: ds.get(n) for n in input_names}
+    sink = io.StringIO()
+    muted = (contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink)) if quiet else ()
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in muted:
+                stack.enter_context(m)
+            return torch.export.export(model, inputs, dynamic_shapes=ds, strict=strict)
+    except Exception as e:
+        raise ExportError(explain_export_failure(e)) from e
+
+
+_LOG_NOISE = re.compile(r"\s+")
+
+
+def explain_export_failure(e: BaseException) -> str:
+    """One line: what torch.export objected to, and the usual fix."""
+    text = str(e)
+    name = type(e).__name__
+    first = _first_line(e)
+    if "data-dependent" in text or "GuardOnDataDependentSymNode" in name or "DataDependent" in name:
+        where = _user_frame(text)
+        return (f"export failed: data-dependent control flow{where} (a Python branch or shape on a tensor's "
+                f"value); fix: use torch.cond for the branch, or torch._check(...) to state the assumption")
+    if ("Constraints violated" in text or "specialized" in text or "ConstraintViolation" in name
+            or "constraint" in first.lower()):
+        fix = _suggested_fix(text)
+        why = re.search(r"Not all values of (.+?) in the specified range (.+?) satisfy the generated guard (.+?)\.?\n",
+                        text + "\n")
+        cause = (f"{why.group(1)} in {why.group(2)} must satisfy {why.group(3).strip()}" if why
+                 else _squash(first))
+        remedy = (f"declare `{fix}` in dynamic_shapes(), or narrow the Dim range" if fix
+                  else "narrow the Dim range, or mark the dim static")
+        return f"export failed: the model does not work for every size in the declared dynamic range: {cause}; " \
+               f"fix: {remedy}"
+    if "Could not run" in text or "NotImplementedError" in name or "no fake" in text.lower() \
+            or "meta" in first.lower():
+        return (f"export failed: an operator cannot be traced ({_squash(first)}); fix: replace it with "
+                f"supported torch ops, or register a fake/meta kernel for a custom op")
+    if "Unsupported" in name or "dynamo" in type(e).__module__:
+        return (f"export failed in strict mode: {_squash(first)}; fix: rerun without --strict, or rewrite "
+                f"the unsupported Python construct")
+    return f"export failed: {name}: {_squash(first)}; rerun with --verbose for the full trace"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _squash(s: str, limit: int = 240) -> str:
+    s = _LOG_NOISE.sub(" ", s).strip()
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _suggested_fix(text: str) -> str:
+    """torch's 'Suggested fixes:' block as one line ('a = Dim(...); b = 2*a')."""
+    m = re.search(r"Suggested fixes:\s*\n((?:[ \t]+\S.*\n?)+)", text)
+    return "; ".join(line.strip() for line in m.group(1).splitlines() if line.strip()) if m else ""
+
+
+def _user_frame(text: str) -> str:
+    m = re.search(r'File "([^"]+)", line (\d+)', text)
+    return f" at {m.group(1)}:{m.group(2)}" if m else ""

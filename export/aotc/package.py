@@ -1,0 +1,169 @@
+"""Stage 5: the aotc manifest (docs/manifest.md) and the final package archive.
+
+`tensor_specs` reads names, dtypes, shapes and each dynamic dim's range from an ExportedProgram;
+`build_manifest` assembles the manifest; `finalize` rewrites the compiled archive with torch's own archive
+writer so that every `*_metadata.json` carries the final manifest (with `files_sha256` of every .so) and
+the samples lie under `<root>/aotc/`. The result still loads with torch's `aoti_load_package`.
+Not the loader (see loader.py). Functions touch only the paths they are given; the output is written to a
+temporary file and renamed into place, so a reader never sees a half-written package.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import json
+import os
+import tempfile
+
+import aotc
+from aotc.compile import MANIFEST_KEY
+
+FORMAT = "aotc/1"
+INT64_MAX = 2**63 - 1
+SAMPLE_DIR = "aotc"  # not extra/: torch's Python loader decodes every extra/ file as UTF-8 text
+_SYSTEM_RECORDS = {".data/version", ".data/serialization_id"}  # the writer adds its own
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dim_range(expr, rc, unknown_hi: int) -> tuple[int, int]:
+    """Inclusive [lo, hi] of a symbolic size under the program's range constraints."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    vr = rc.get(expr) if expr in rc else bound_sympy(expr, rc)
+    lo = int(vr.lower) if vr.lower.is_finite else 0
+    hi = int(vr.upper) if vr.upper.is_finite else unknown_hi
+    return lo, hi
+
+
+def _spec(name: str, val, rc, is_output: bool) -> tuple[dict, object]:
+    """({"name","dtype","shape","ranges"}, the symbol of dim 0 or None) for one fake tensor."""
+    import torch
+
+    shape, ranges, dim0 = [], [], None
+    for i, d in enumerate(val.shape):
+        if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+            expr = d.node.expr
+            lo, hi = _dim_range(expr, rc, -1 if is_output else INT64_MAX)
+            if is_output and hi == -1:
+                lo = 0
+            shape.append(-1)
+            ranges.append([lo, hi])
+            if i == 0 and expr.is_Symbol:
+                dim0 = expr
+        else:
+            shape.append(int(d))
+            ranges.append([int(d), int(d)])
+    return {"name": name, "dtype": dtype_name(val.dtype), "shape": shape, "ranges": ranges}, dim0
+
+
+def tensor_specs(ep, input_names: list[str], output_names: list[str]) -> tuple[list, list, dict | None]:
+    """(inputs, outputs, batch) for the manifest, from the ExportedProgram's user inputs and outputs."""
+    from torch.export.graph_signature import OutputKind
+
+    nodes = {n.name: n for n in ep.graph.nodes}
+    rc = ep.range_constraints
+    user_inputs = ep.graph_signature.user_inputs
+    out_nodes = [s.arg.name for s in ep.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    inputs, outputs, dims0 = [], [], []
+    for name, node_name in zip(input_names, user_inputs):
+        spec, d0 = _spec(name, nodes[node_name].meta["val"], rc, False)
+        inputs.append(spec)
+        dims0.append(d0)
+    for name, node_name in zip(output_names, out_nodes):
+        spec, d0 = _spec(name, nodes[node_name].meta["val"], rc, True)
+        outputs.append(spec)
+        dims0.append(d0)
+    batch = None
+    if dims0 and dims0[0] is not None and all(d == dims0[0] for d in dims0):
+        lo, hi = inputs[0]["ranges"][0]
+        batch = {"min": lo, "max": hi}
+    return inputs, outputs, batch
+
+
+def npy_bytes(t) -> bytes:
+    """NumPy format 1.0, little-endian, C order. bfloat16 (which NumPy lacks) is stored as its uint16 bits."""
+    import numpy as np
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    arr = t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+    arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(arr), version=(1, 0), allow_pickle=False)
+    return buf.getvalue()
+
+
+def sample_files(samples: list[tuple[tuple, tuple]]) -> tuple[list[dict], dict[str, bytes]]:
+    """(manifest 'samples' entries, {archive path: npy bytes}) for [(inputs, outputs), ...]."""
+    entries, files = [], {}
+    for k, (ins, outs) in enumerate(samples):
+        entry = {"inputs": [], "outputs": []}
+        for kind, tensors in (("input", ins), ("output", outs)):
+            for i, t in enumerate(tensors):
+                path = f"{SAMPLE_DIR}/sample{k}_{kind}{i}.npy"
+                files[path] = npy_bytes(t)
+                entry[f"{kind}s"].append(path)
+        entries.append(entry)
+    return entries, files
+
+
+def build_manifest(*, name, device, cpu_isa, cuda_arch, inputs, outputs, batch, compile_options,
+                   rewrites, fallback_ops, tolerance, samples) -> dict:
+    import torch
+
+    return {
+        "format": FORMAT,
+        "aotc_version": aotc.__version__,
+        "name": name,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "torch_version": torch.__version__,
+        "device": device,
+        "cpu_isa": cpu_isa,
+        "cuda_arch": cuda_arch,
+        "inputs": inputs,
+        "outputs": outputs,
+        "batch": batch,
+        "compile": compile_options,
+        "rewrites": rewrites,
+        "fallback_ops": list(fallback_ops),
+        "tolerance": tolerance,
+        "files_sha256": {},
+        "samples": samples,
+    }
+
+
+def finalize(compiled_path: str, out_path: str, manifest: dict, extra_files: dict[str, bytes]) -> dict:
+    """Writes `out_path`: the compiled archive + samples, every *_metadata.json carrying the final manifest
+    (files_sha256 filled in). Returns that manifest."""
+    import torch
+    from torch.export.pt2_archive import PT2ArchiveWriter
+
+    reader = torch._C.PyTorchFileReader(compiled_path)
+    records = [r for r in reader.get_all_records() if r not in _SYSTEM_RECORDS]
+    contents = {r: reader.get_record(r) for r in records}
+    manifest = dict(manifest)
+    manifest["files_sha256"] = {r: hashlib.sha256(b).hexdigest() for r, b in sorted(contents.items())
+                                if r.endswith(".so")}
+    text = json.dumps(manifest)
+    for r in records:
+        if r.endswith("_metadata.json"):
+            meta = json.loads(contents[r])
+            meta[MANIFEST_KEY] = text
+            contents[r] = json.dumps(meta).encode()
+    contents.update(extra_files)
+
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(out_dir, exist_ok=True)
+    # The archive's top folder is named after the file, so write under the final name in a private dir.
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".aotc-") as tmp:
+        tmp_path = os.path.join(tmp, os.path.basename(out_path))
+        with PT2ArchiveWriter(tmp_path) as writer:
+            for r, data in contents.items():
+                writer.write_bytes(r, data)
+        os.replace(tmp_path, out_path)
+    return manifest

@@ -1,0 +1,170 @@
+"""`aotc export`: model file -> eager reference -> torch.export -> rewrites -> AOTInductor -> package -> parity.
+
+`export_model_file(spec, options)` runs every stage with a progress line each and returns the result
+(manifest, graph report, compile time, parity per case); `main(args)` is the CLI's entry and prints the
+summary. It is not the CLI parser (cli.py) and does not serve. AOTInductor uses process-global config:
+run one export per process at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+from aotc import compile as aoti
+from aotc import export as exp
+from aotc import package, parity, report
+from aotc.errors import ExportError, ParityError
+from aotc.load_model import load_model_file
+
+DTYPE_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2)}
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    out: str | None = None
+    device: str = "cpu"
+    dtype: str = "fp32"
+    dynamic_batch: tuple[int, int] | None = None
+    max_autotune: bool = False
+    strict: bool = False
+    name: str | None = None
+    allow_python_ops: bool = False
+    embedding_bag: str = "auto"
+    quiet: bool = False
+    verbose: bool = False
+
+
+def tolerance_for(mf, dtype: str) -> dict:
+    """The model's tolerance(); at fp16/bf16 never tighter than the dtype's default."""
+    atol, rtol = DTYPE_TOLERANCE[dtype]
+    if mf.tolerance is None:
+        return {"atol": atol, "rtol": rtol}
+    if dtype == "fp32":
+        return dict(mf.tolerance)
+    return {"atol": max(atol, mf.tolerance["atol"]), "rtol": max(rtol, mf.tolerance["rtol"])}
+
+
+def export_model_file(spec: str, opts: ExportOptions) -> dict:
+    import json
+
+    import torch
+
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise ExportError("--device cuda asked for, but this machine has no usable CUDA device; use --device cpu")
+    prog = report.Progress(7, quiet=opts.quiet)
+
+    with prog.stage(f"loading {spec}") as note:
+        mf = load_model_file(spec)
+        name = opts.name or mf.default_name
+        out = opts.out or os.path.join(".cache", "pkgs", f"{name}.pt2")
+        if not out.endswith(".pt2"):
+            raise ExportError(f"output '{out}' must end in .pt2 (AOTInductor's package extension)")
+        note["text"] = f"inputs {mf.input_names}"
+
+    with prog.stage("eager reference run") as note:
+        model, inputs = exp.prepare(mf, opts.device, opts.dtype)
+        ref = exp.eager_outputs(model, inputs, mf)
+        output_names = mf.output_names or [f"output{i}" for i in range(len(ref))]
+        note["text"] = f"{len(ref)} outputs"
+
+    with prog.stage("torch.export" + (" (strict)" if opts.strict else "")):
+        ds = exp.dynamic_shapes_for(mf, inputs, opts.dynamic_batch)
+        ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose)
+
+    with prog.stage("graph report and rewrites") as note:
+        ep, rewrites = _rewrite(ep, inputs, opts)
+        graph = report.graph_report(ep)
+        if graph["python_ops"] and not opts.allow_python_ops:
+            raise ExportError(_python_ops_message(graph["python_ops"]))
+        specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
+        cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
+        note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
+
+    samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
+    sample_entries, sample_bytes = package.sample_files(samples)
+    tol = tolerance_for(mf, opts.dtype)
+    inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "")
+    inductor.pop("aot_inductor.metadata")
+    compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
+                       "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor}
+    manifest = package.build_manifest(
+        name=name, device=opts.device, cpu_isa=aoti.cpu_isa() if opts.device == "cpu" else "",
+        cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
+        batch=batch, compile_options=compile_options, rewrites=rewrites, fallback_ops=graph["fallback_ops"],
+        tolerance=tol, samples=sample_entries)
+
+    out_dir = os.path.dirname(os.path.abspath(out))
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".aotc-compile-") as tmp:
+        compiled = os.path.join(tmp, os.path.basename(out))
+        with prog.stage(f"AOTInductor compile ({opts.device}{', max-autotune' if opts.max_autotune else ''})"):
+            configs = aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest))
+            compile_s = aoti.compile_package(ep, compiled, configs)
+
+        with prog.stage("packaging (manifest, hashes, samples)") as note:
+            if report.python_ops_in_wrapper(_wrapper_sources(compiled)) and not opts.allow_python_ops:
+                raise ExportError(_python_ops_message(graph["python_ops"] or ["an op without a C shim"]))
+            manifest = package.finalize(compiled, out, manifest, sample_bytes)
+            size = os.path.getsize(out)
+            note["text"] = f"{size / 1e6:.1f} MB"
+
+    with prog.stage("parity against eager (package loaded back)") as note:
+        results = parity.check(out, cases, tol, opts.device)
+        note["text"] = f"{sum(r['ok'] for r in results)}/{len(results)} cases within tolerance"
+    return {"path": out, "manifest": manifest, "graph": graph, "compile_s": compile_s, "size_bytes": size,
+            "parity": results}
+
+
+def _rewrite(ep, inputs, opts):
+    from aotc.rewrite import run_rewrites
+
+    return run_rewrites(ep, inputs, opts.device, {"embedding_bag": opts.embedding_bag})
+
+
+def _python_ops_message(ops: list[str]) -> str:
+    return (f"the graph has ops with no C shim that would call back into Python at run time "
+            f"({', '.join(ops)}); replace them, or pass --allow-python-ops (the package then cannot run "
+            f"in aotc-server)")
+
+
+def _wrapper_sources(path: str) -> list[str]:
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        return [zf.read(n).decode(errors="replace") for n in zf.namelist() if n.endswith(".wrapper.cpp")]
+
+
+def parse_dynamic_batch(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    lo, sep, hi = text.partition(":")
+    try:
+        lo_i, hi_i = int(lo), int(hi)
+    except ValueError:
+        lo_i = hi_i = -1
+    if not sep or lo_i < 1 or hi_i < lo_i:
+        raise ExportError(f"--dynamic-batch {text!r}: expected MIN:MAX with 1 <= MIN <= MAX, e.g. 1:1024")
+    return lo_i, hi_i
+
+
+def main(args) -> int:
+    if not getattr(args, "verbose", False):
+        import logging
+
+        import torch
+
+        torch._logging.set_logs(all=logging.ERROR)  # dynamo/inductor warnings are for torch developers
+    opts = ExportOptions(out=args.output, device=args.device, dtype=args.dtype,
+                         dynamic_batch=parse_dynamic_batch(args.dynamic_batch), max_autotune=args.max_autotune,
+                         strict=args.strict, name=args.name, allow_python_ops=args.allow_python_ops,
+                         embedding_bag=args.embedding_bag, verbose=getattr(args, "verbose", False))
+    result = export_model_file(args.model, opts)
+    print(report.format_summary(result))
+    if not all(c["ok"] for c in result["parity"]):
+        bad = [c["label"] for c in result["parity"] if not c["ok"]]
+        raise ParityError(f"parity failed for {', '.join(bad)}: the package differs from eager beyond "
+                          f"atol={result['manifest']['tolerance']['atol']:g} "
+                          f"rtol={result['manifest']['tolerance']['rtol']:g} (package kept at {result['path']})")
+    return 0

@@ -1,0 +1,139 @@
+"""The graph report and the export summary: what Inductor will see, and what the pipeline measured.
+
+`graph_report(ep)` decomposes the ExportedProgram with Inductor's own decomposition table (the graph
+AOTInductor lowers) and classifies each operator: lowered by Inductor, run as an opaque fallback kernel
+(an ATen kernel called through a C shim, e.g. aten._embedding_bag), or needing the proxy executor (an op
+with no C shim: the .so would call back into Python's dispatcher at run time). `Progress` prints one line
+per pipeline stage. Printing goes to one stream; not meant to be shared between threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections import Counter
+
+_BUILTIN_NAMESPACES = {"aten", "prims", "_quantized", "quantized", "mkldnn", "onednn", "_inductor_test"}
+
+
+def graph_report(ep) -> dict:
+    """{'ops': {op: count}, 'fallback_ops': [...], 'python_ops': [...], 'nodes': n} of Inductor's graph."""
+    import torch
+    from torch._inductor import lowering
+    from torch._inductor.decomposition import select_decomp_table
+
+    try:
+        from torchgen.aoti.fallback_ops import inductor_fallback_ops
+    except ImportError:  # torchgen ships with torch; be safe on stripped installs
+        inductor_fallback_ops = {}
+    decomposed = ep.run_decompositions(select_decomp_table())
+    counts: Counter[str] = Counter()
+    fallback: set[str] = set()
+    python_ops: set[str] = set()
+    for node in decomposed.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            if isinstance(target, torch._ops.HigherOrderOperator):
+                counts[f"hop.{target.name()}"] += 1
+            continue  # operator.getitem and friends
+        name = str(target)
+        counts[name] += 1
+        lowered = target in lowering.lowerings and target not in lowering.fallbacks
+        if lowered:
+            continue
+        if target.namespace in _BUILTIN_NAMESPACES:
+            fallback.add(name)
+            if target.namespace == "aten" and inductor_fallback_ops and name not in inductor_fallback_ops:
+                python_ops.add(name)
+        elif target.namespace not in _c_shim_namespaces():
+            python_ops.add(name)
+    return {
+        "nodes": sum(counts.values()),
+        "ops": dict(counts.most_common()),
+        "fallback_ops": sorted(fallback),
+        "python_ops": sorted(python_ops),
+    }
+
+
+def _c_shim_namespaces() -> set[str]:
+    """Namespaces whose custom ops Inductor calls through user-registered C shims (none by default)."""
+    from torch._inductor import config
+
+    shims = getattr(getattr(config, "aot_inductor", None), "custom_ops_to_c_shims", {}) or {}
+    return {str(op).split(".")[0] for op in shims}
+
+
+def python_ops_in_wrapper(wrapper_sources: list[str]) -> bool:
+    """True when generated wrapper code calls back through the proxy executor (Python at run time)."""
+    return any("proxy_executor" in src and "call_function" in src for src in wrapper_sources)
+
+
+class Progress:
+    """Prints `[i/n] stage ... done (1.2 s)` lines; quiet=True prints nothing."""
+
+    def __init__(self, total: int, stream=None, quiet: bool = False):
+        self.total, self.i, self.stream, self.quiet = total, 0, stream or sys.stderr, quiet
+        self._t0 = 0.0
+
+    def start(self, what: str) -> None:
+        self.i += 1
+        self._t0 = time.perf_counter()
+        if not self.quiet:
+            print(f"[{self.i}/{self.total}] {what} ...", end="", file=self.stream, flush=True)
+
+    def done(self, note: str = "") -> float:
+        dt = time.perf_counter() - self._t0
+        if not self.quiet:
+            extra = f", {note}" if note else ""
+            print(f" done ({dt:.1f} s{extra})", file=self.stream, flush=True)
+        return dt
+
+    def fail(self) -> None:
+        if not self.quiet:
+            print(" failed", file=self.stream, flush=True)
+
+    @contextlib.contextmanager
+    def stage(self, what: str):
+        """`with progress.stage("x") as note:` prints the stage, then done/failed; set note["text"]."""
+        note = {"text": ""}
+        self.start(what)
+        try:
+            yield note
+        except BaseException:
+            self.fail()
+            raise
+        note["seconds"] = self.done(note["text"])
+
+
+def format_summary(result: dict) -> str:
+    """The human summary printed at the end of `aotc export`."""
+    m = result["manifest"]
+    lines = [f"package   {result['path']}  ({result['size_bytes'] / 1e6:.1f} MB)",
+             f"model     {m['name']}  device={m['device']}"
+             + (f" isa={m['cpu_isa'] or 'none'}" if m["device"] == "cpu" else f" arch={m['cuda_arch']}")
+             + f"  dtype={m['compile']['dtype']}  torch={m['torch_version']}"]
+    for kind in ("inputs", "outputs"):
+        for t in m[kind]:
+            ranges = ",".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in t["ranges"])
+            lines.append(f"{kind[:-1]:<9} {t['name']}: {t['dtype']}[{ranges}]")
+    if m["batch"]:
+        lines.append(f"batch     {m['batch']['min']}..{m['batch']['max']}")
+    g = result["graph"]
+    top = ", ".join(f"{k} x{v}" for k, v in list(g["ops"].items())[:6])
+    lines.append(f"graph     {g['nodes']} ops ({top})")
+    lines.append(f"fallback  {', '.join(m['fallback_ops']) or 'none'}")
+    for key, rw in (m["rewrites"] or {}).items():
+        cands = ", ".join(f"{k} {v:.3g} ms" for k, v in (rw.get("candidates_ms") or {}).items())
+        lines.append(f"rewrite   {key}: lowering {rw.get('lowering')}" + (f" (measured: {cands})" if cands else ""))
+    lines.append(f"compile   {result['compile_s']:.1f} s  options {m['compile']}")
+    lines.append(f"parity    atol={m['tolerance']['atol']:g} rtol={m['tolerance']['rtol']:g}")
+    for case in result["parity"]:
+        errs = "  ".join(f"{name}: abs {e['max_abs']:.2e} rel {e['max_rel']:.2e}" for name, e in case["errors"].items())
+        status = "ok  " if case["ok"] else "FAIL"
+        lines.append(f"  {status} {case['label']:<22} {errs}")
+    ok = all(c["ok"] for c in result["parity"])
+    lines.append("result    " + ("PASS: the package matches eager PyTorch" if ok else "FAIL: parity check failed"))
+    return "\n".join(lines)

@@ -1,0 +1,247 @@
+"""The embedding-bag graph pass: replaces each embedding-bag node of an ExportedProgram with a chosen lowering.
+
+`rewrite(ep, example_inputs, device, choice) -> (ep, report)` is called by `aotc.rewrite.run_rewrites`
+between torch.export and AOTInductor. Lowerings: "decompose" (padded masked reduction from basic ops, fused
+by Inductor), "jagged" (gather + scatter-add over the useful rows only), "triton" (aotc's Triton kernel,
+CUDA only, compiled into the package) and "aten" (ATen's kernel, an opaque fallback, graph left as is).
+"auto" times the candidates for the device on the example inputs (eb_measure.py) and keeps the fastest,
+ATen included, so it is never slower than ATen on those inputs.
+
+The replacement is done by `ExportedProgram.run_decompositions` with a table holding only the embedding-bag
+ops, so shapes, dynamic dims and metadata are retraced by torch itself. Not thread-safe: the decomposition
+table reads the per-node plans of the one rewrite in progress.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from dataclasses import dataclass
+
+import torch
+
+from aotc.errors import ExportError
+from aotc.rewrite import eb_lowerings as low
+
+CHOICES = ("auto", "decompose", "jagged", "triton", "aten")
+_aten = torch.ops.aten
+# ops torch.export emits for nn.EmbeddingBag (before and after core-ATen decomposition), in schema order
+# (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx)
+EB_OPS = (_aten.embedding_bag.default, _aten.embedding_bag.padding_idx, _aten._embedding_bag.default,
+          _aten._embedding_bag_forward_only.default)
+
+
+@dataclass
+class NodePlan:
+    """What the pass knows about one embedding-bag node and how it lowers it."""
+
+    name: str
+    mode: int
+    has_psw: bool
+    include_last_offset: bool
+    padding_idx: int
+    fixed_length: int | None  # L when the bags come from a 2-D [B, L] input, else None (jagged, with offsets)
+    rows: int
+    dim: int
+    dtype: str
+    lowering: str = "aten"
+    note: str = ""
+
+    def describe(self) -> dict:
+        return {"node": self.name, "mode": low.MODE_NAMES[self.mode], "per_sample_weights": self.has_psw,
+                "include_last_offset": self.include_last_offset,
+                "padding_idx": None if self.padding_idx < 0 else self.padding_idx,
+                "bags": f"fixed[{self.fixed_length}]" if self.fixed_length else "jagged",
+                "table": [self.rows, self.dim], "dtype": self.dtype, "lowering": self.lowering,
+                **({"note": self.note} if self.note else {})}
+
+
+def find_nodes(graph) -> list:
+    return [n for n in graph.nodes if n.op == "call_function" and n.target in EB_OPS]
+
+
+def node_args(node) -> dict:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    out = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args):
+            out[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            out[arg.name] = node.kwargs[arg.name]
+        else:
+            out[arg.name] = arg.default_value if arg.has_default_value() else None
+    return out
+
+
+def _fixed_length(indices, offsets) -> int | None:
+    """L when indices = view/reshape(x [B, L], -1) and offsets = arange(0, B*L, L): nn.EmbeddingBag's 2-D input."""
+    if not (isinstance(indices, torch.fx.Node) and isinstance(offsets, torch.fx.Node)):
+        return None
+    if offsets.target not in (_aten.arange.start_step, _aten.arange.start_out):
+        return None
+    step = offsets.args[2] if len(offsets.args) > 2 else None
+    if not isinstance(step, int) or step < 1 or offsets.args[0] != 0:
+        return None
+    if indices.target not in (_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default):
+        return None
+    source = indices.args[0].meta.get("val") if isinstance(indices.args[0], torch.fx.Node) else None
+    if source is None or source.dim() != 2 or source.shape[1] != step:
+        return None
+    return step
+
+
+def plan_node(node) -> NodePlan:
+    a = node_args(node)
+    weight = a["weight"].meta["val"]
+    pad = a.get("padding_idx")
+    pad = -1 if pad is None else int(pad)
+    if pad < 0 and pad != -1:
+        pad = weight.shape[0] + pad  # ATen accepts negative padding_idx counted from the end
+    plan = NodePlan(
+        name=node.name, mode=int(a["mode"]), has_psw=a["per_sample_weights"] is not None,
+        include_last_offset=bool(a["include_last_offset"]), padding_idx=pad,
+        fixed_length=_fixed_length(a["indices"], a["offsets"]), rows=int(weight.shape[0]),
+        dim=int(weight.shape[1]), dtype=str(weight.dtype).replace("torch.", ""),
+    )
+    # torch.export keeps getitem nodes for all four outputs; only those with users of their own matter
+    extra_used = [u for u in node.users if u.target is not operator.getitem or (u.args[1] != 0 and u.users)]
+    if extra_used:
+        plan.note = "uses offset2bag/bag_size/max_indices outputs; kept on ATen"
+    return plan
+
+
+def eb_args(plan: NodePlan, weight, indices, offsets, psw) -> low.EbArgs:
+    """Canonical arguments for the lowerings; fixed-length bags get their [B, L] shape back."""
+    if plan.fixed_length:
+        length = plan.fixed_length
+        indices = indices.reshape(-1, length)
+        psw = None if psw is None else psw.reshape(-1, length)
+        return low.EbArgs(weight, indices, None, plan.mode, psw, False, plan.padding_idx)
+    return low.EbArgs(weight, indices, offsets, plan.mode, psw, plan.include_last_offset, plan.padding_idx)
+
+
+def lower(lowering: str, plan: NodePlan, weight, indices, offsets, psw) -> torch.Tensor:
+    """The pooled bags [B, D] computed by `lowering` (any of CHOICES but auto)."""
+    if lowering == "triton":
+        from aotc.kernels import embedding_bag as kernel
+
+        return kernel.pool(weight, indices, offsets, plan.mode, psw, plan.include_last_offset, plan.padding_idx)
+    a = eb_args(plan, weight, indices, offsets, psw)
+    if lowering == "decompose":
+        return low.decompose(a)
+    if lowering == "jagged":
+        return low.jagged(a)
+    if lowering == "aten":
+        a = low.EbArgs(weight, indices, offsets, plan.mode, psw, plan.include_last_offset, plan.padding_idx)
+        return low.reference(a)
+    raise AssertionError(f"unknown lowering {lowering}")
+
+
+class _Decomposer:
+    """Decomposition for the embedding-bag ops: called once per node, in graph order, during the retrace."""
+
+    def __init__(self, plans: list[NodePlan]):
+        self.plans, self.calls = plans, 0
+
+    def __call__(self, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                 per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+        plan = self.plans[self.calls]
+        self.calls += 1
+        assert plan.mode == mode and plan.include_last_offset == include_last_offset, "retrace order changed"
+        if plan.lowering == "aten":
+            return NotImplemented
+        pooled = lower(plan.lowering, plan, weight, indices, offsets, per_sample_weights)
+        empty = indices.new_empty((0,), dtype=torch.int64)
+        return pooled, empty, empty, empty  # offset2bag, bag_size, max_indices: unused (checked by plan_node)
+
+
+def _normalize(ep) -> list:
+    """Make every embedding-bag node `aten._embedding_bag.default` (same arguments, same outputs), so the
+    retrace calls the decomposition once per node (embedding_bag.* would decompose into _embedding_bag).
+    Returns what `_restore` needs to put the caller's graph back."""
+    saved = [(n, n.target, n.args, n.kwargs) for n in find_nodes(ep.graph)]
+    for node in find_nodes(ep.graph):
+        if node.target is _aten._embedding_bag.default:
+            continue
+        a = node_args(node)
+        pad = a.get("padding_idx")
+        node.target = _aten._embedding_bag.default
+        node.args = (a["weight"], a["indices"], a["offsets"], bool(a["scale_grad_by_freq"]), int(a["mode"]),
+                     bool(a["sparse"]), a["per_sample_weights"], bool(a["include_last_offset"]),
+                     -1 if pad is None else int(pad))
+        node.kwargs = {}
+    ep.graph_module.recompile()
+    return saved
+
+
+def _restore(ep, saved) -> None:
+    for node, target, args, kwargs in saved:
+        node.target, node.args, node.kwargs = target, args, kwargs
+    ep.graph_module.recompile()
+
+
+def candidates_for(device: str) -> list[str]:
+    names = ["aten", "decompose", "jagged"]
+    if device.startswith("cuda") and triton_available():
+        names.append("triton")
+    return names
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _check_choice(choice: str, device: str) -> None:
+    if choice not in CHOICES:
+        raise ExportError(f"--embedding-bag {choice!r} is not a lowering; expected one of {', '.join(CHOICES)}")
+    if choice == "triton" and not device.startswith("cuda"):
+        raise ExportError("--embedding-bag triton needs --device cuda (aotc's Triton kernel runs on GPUs); "
+                          "on cpu use auto, decompose, jagged or aten")
+    if choice == "triton" and not triton_available():
+        raise ExportError("--embedding-bag triton needs the triton package; install it with pip install triton")
+
+
+def rewrite(ep, example_inputs: tuple, device: str, choice: str):
+    """Replaces every embedding-bag node of `ep` by the lowering `choice` (or the fastest, for auto).
+
+    Returns (new ExportedProgram, report): report = {"lowering", "candidates_ms", "nodes", "measure_s",
+    "details": [per node]}. `ep` is not modified when the lowering is "aten".
+    """
+    _check_choice(choice, device)
+    nodes = find_nodes(ep.graph)
+    plans = [plan_node(n) for n in nodes]
+    report = {"lowering": "aten", "candidates_ms": {}, "nodes": len(nodes)}
+    lowering, t0 = choice, time.perf_counter()
+    if choice == "auto" and nodes:
+        from aotc.rewrite import eb_measure
+
+        times, skipped = eb_measure.measure(ep, example_inputs, plans, candidates_for(device), device)
+        report["candidates_ms"] = {k: round(v, 4) for k, v in times.items()}
+        if skipped:
+            report["skipped"] = skipped
+        lowering = min(times, key=times.get)
+        report["measure_s"] = round(time.perf_counter() - t0, 2)
+    elif choice == "auto":
+        lowering = "aten"
+    report["lowering"] = lowering
+    for plan in plans:
+        plan.lowering = "aten" if plan.note else lowering
+    report["details"] = [p.describe() for p in plans]
+    if all(p.lowering == "aten" for p in plans):
+        return ep, report
+    if lowering == "triton":
+        import aotc.kernels.embedding_bag  # noqa: F401  (registers aotc::embedding_bag)
+    saved = _normalize(ep)
+    decomposer = _Decomposer(plans)
+    try:
+        new_ep = ep.run_decompositions({_aten._embedding_bag.default: decomposer})
+    finally:
+        _restore(ep, saved)
+    assert decomposer.calls == len(plans), f"decomposed {decomposer.calls} of {len(plans)} embedding-bag nodes"
+    return new_ep, report
+

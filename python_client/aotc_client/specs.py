@@ -1,0 +1,149 @@
+"""Tensor specs read from a server's model metadata, and random valid inputs generated from them.
+
+A spec is what the Open Inference Protocol says about a tensor (name, datatype, shape with -1 for a
+dynamic dim) plus, when known, each dim's inclusive [min, max] range and a symbol tying dynamic dims
+that must agree (the batch dim of every input, say). Metadata carries no ranges or symbols; aotc servers
+add `ranges` per tensor, and the exporter's model files supply both. This file does no I/O and holds
+no state: safe to use from any thread.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes
+from .errors import AotcError
+
+DEFAULT_DYNAMIC_RANGE = (1, 64)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str                                  # protocol datatype, e.g. "FP32"
+    shape: tuple[int, ...]                         # -1 for a dynamic dim
+    ranges: tuple[tuple[int, int], ...] | None = None   # inclusive [min, max] per dim
+    symbols: tuple[str | None, ...] | None = None       # dynamic dims with one symbol share a size
+    low: float | None = None                       # value range for generated data (inclusive low)
+    high: float | None = None                      # exclusive high for ints, inclusive for floats
+
+    def dim_range(self, i: int) -> tuple[int, int]:
+        if self.shape[i] != -1:
+            return (self.shape[i], self.shape[i])
+        if self.ranges is not None and self.ranges[i][1] >= self.ranges[i][0] >= 0:
+            return tuple(self.ranges[i])
+        return DEFAULT_DYNAMIC_RANGE
+
+    def symbol(self, i: int) -> str | None:
+        if self.shape[i] != -1:
+            return None
+        if self.symbols is not None:
+            return self.symbols[i]
+        return f"dim{i}"  # no symbols known: dynamic dims at one position are assumed to agree
+
+
+def specs_from_metadata(metadata: dict, which: str = "inputs") -> list[TensorSpec]:
+    """`GET /v2/models/{m}` JSON -> specs of its inputs (or outputs)."""
+    tensors = metadata.get(which)
+    if not isinstance(tensors, list):
+        raise AotcError(f"model metadata has no '{which}' list; got keys {sorted(metadata)}")
+    specs = []
+    for t in tensors:
+        try:
+            shape = tuple(int(d) for d in t["shape"])
+            ranges = t.get("ranges")
+            specs.append(TensorSpec(
+                name=t["name"], datatype=t["datatype"], shape=shape,
+                ranges=tuple((int(lo), int(hi)) for lo, hi in ranges) if ranges else None))
+        except (KeyError, TypeError, ValueError) as e:
+            raise AotcError(f"model metadata entry {t!r} is malformed ({e}); expected name, datatype, shape") from None
+    return specs
+
+
+def specs_from_manifest(manifest: dict, which: str = "inputs") -> list[TensorSpec]:
+    """An aotc manifest (docs/manifest.md) -> specs."""
+    return [TensorSpec(name=t["name"], datatype=dtypes.datatype_from_name(t["dtype"]),
+                       shape=tuple(t["shape"]), ranges=tuple(tuple(r) for r in t.get("ranges") or []) or None)
+            for t in manifest[which]]
+
+
+def pick_sizes(specs: list[TensorSpec], choose) -> dict[str, int]:
+    """One size per dynamic symbol: `choose(lo, hi)` over the intersection of that symbol's ranges."""
+    bounds: dict[str, tuple[int, int]] = {}
+    for s in specs:
+        for i in range(len(s.shape)):
+            sym = s.symbol(i)
+            if sym is None:
+                continue
+            lo, hi = s.dim_range(i)
+            old = bounds.get(sym, (lo, hi))
+            bounds[sym] = (max(old[0], lo), min(old[1], hi))
+    for sym, (lo, hi) in bounds.items():
+        if lo > hi:
+            raise AotcError(f"dynamic dim '{sym}' has no size that every input accepts (range [{lo}, {hi}])")
+    return {sym: int(choose(lo, hi)) for sym, (lo, hi) in bounds.items()}
+
+
+def range_sizes(specs: list[TensorSpec]) -> list[dict[str, int]]:
+    """Sizes that cover the dynamic range: every symbol at its min, at its max, and at an odd size between."""
+    if not any(s.symbol(i) for s in specs for i in range(len(s.shape))):
+        return [{}]
+    odd = lambda lo, hi: min(hi, max(lo, (lo + hi) // 2 | 1))  # noqa: E731
+    out = []
+    for choose in (lambda lo, hi: lo, odd, lambda lo, hi: hi):
+        sizes = pick_sizes(specs, choose)
+        if sizes not in out:
+            out.append(sizes)
+    return out
+
+
+def shape_for(spec: TensorSpec, sizes: dict[str, int]) -> tuple[int, ...]:
+    shape = []
+    for i, d in enumerate(spec.shape):
+        if d != -1:
+            shape.append(d)
+            continue
+        sym = spec.symbol(i)
+        if sym not in sizes:
+            raise AotcError(f"input '{spec.name}' dim {i} is dynamic ('{sym}') and no size was given for it; "
+                            f"pass sizes={{'{sym}': N}}")
+        shape.append(int(sizes[sym]))
+    return tuple(shape)
+
+
+def random_inputs(specs: list[TensorSpec], sizes: dict[str, int] | int | None = None,
+                  seed: int | None = 0) -> dict[str, np.ndarray]:
+    """Random arrays that satisfy `specs`. `sizes` maps dynamic symbols to sizes; an int sets every dynamic
+    dim; None picks each symbol's minimum. Floats are standard normal; ints lie in [low, high), default
+    [0, 10) so they stay valid as small indices; bools are fair coins."""
+    if sizes is None:
+        sizes = pick_sizes(specs, lambda lo, hi: lo)
+    elif isinstance(sizes, int):
+        sizes = {s.symbol(i): sizes for s in specs for i in range(len(s.shape)) if s.symbol(i)}
+    rng = np.random.default_rng(seed)
+    out = {}
+    for s in specs:
+        shape = shape_for(s, sizes)
+        for i, n in enumerate(shape):
+            lo, hi = s.dim_range(i)
+            if not lo <= n <= hi:
+                raise AotcError(f"input '{s.name}' dim {i} = {n} is outside its range [{lo}, {hi}]")
+        out[s.name] = random_array(s.datatype, shape, rng, s.low, s.high)
+    return out
+
+
+def random_array(datatype: str, shape, rng: np.random.Generator, low=None, high=None) -> np.ndarray:
+    if datatype == "BOOL":
+        return rng.random(shape) < 0.5
+    if datatype == "BYTES":
+        return np.array([b"%d" % v for v in rng.integers(0, 1000, int(np.prod(shape)))], dtype=object).reshape(shape)
+    npdt = dtypes.numpy_dtype(datatype)
+    if dtypes.is_float(datatype):
+        values = rng.standard_normal(shape, dtype=np.float32)
+        if low is not None and high is not None:
+            values = rng.uniform(low, high, shape).astype(np.float32)
+        return dtypes.float32_to_bf16(values) if datatype == "BF16" else values.astype(npdt)
+    lo = 0 if low is None else int(low)
+    hi = 10 if high is None else int(high)
+    info = np.iinfo(npdt)
+    return rng.integers(max(lo, info.min), min(hi, int(info.max) + 1), shape, dtype=npdt)

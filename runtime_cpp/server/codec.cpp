@@ -1,0 +1,544 @@
+// The wire codec (codec.h): RapidJSON lives here and nowhere else in the server.
+//
+// Requests: a byte scan refuses nesting deeper than kMaxJsonDepth before RapidJSON sees the text, so a JSON
+// bomb cannot exhaust the stack; tensor data (flat or nested) is converted element by element into the
+// declared datatype with a range check, and its count must match the declared shape. Binary blobs are sliced
+// from the body only after their declared sizes have been checked against what is there. Thread-safe.
+#include "codec.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace aotc::server::codec {
+namespace {
+
+using rapidjson::Value;
+using Writer = rapidjson::Writer<rapidjson::StringBuffer, rapidjson::UTF8<>, rapidjson::UTF8<>,
+                                 rapidjson::CrtAllocator, rapidjson::kWriteNanAndInfFlag>;
+
+void check_depth(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw bad_request("request JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
+                          " levels; expected a flat or shape-nested tensor");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+void parse_document(rapidjson::Document& doc, std::string_view text, const char* what) {
+  check_depth(text);
+  doc.Parse<rapidjson::kParseNanAndInfFlag>(text.data(), text.size());
+  if (doc.HasParseError())
+    throw bad_request(std::string(what) + " is not valid JSON (error at byte " +
+                      std::to_string(doc.GetErrorOffset()) + ")");
+  if (!doc.IsObject()) throw bad_request(std::string(what) + " must be a JSON object");
+}
+
+template <typename T>
+void put(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+
+template <typename T>
+void put_int(std::string& out, const Value& v, const std::string& where) {
+  if (v.IsInt64()) {
+    int64_t x = v.GetInt64();
+    if constexpr (std::is_signed_v<T>) {
+      if (x >= std::numeric_limits<T>::min() && x <= std::numeric_limits<T>::max()) return put<T>(out, T(x));
+    } else {
+      if (x >= 0 && static_cast<uint64_t>(x) <= std::numeric_limits<T>::max()) return put<T>(out, T(x));
+    }
+    throw bad_request(where + ": value " + std::to_string(x) + " is out of range for the datatype (expected " +
+                      std::to_string(+std::numeric_limits<T>::min()) + ".." +
+                      std::to_string(+std::numeric_limits<T>::max()) + ")");
+  }
+  if (v.IsUint64() && std::is_same_v<T, uint64_t>) return put<T>(out, T(v.GetUint64()));
+  if (v.IsNumber())
+    throw bad_request(where + ": value " + std::to_string(v.GetDouble()) +
+                      " is not an integer in range for the datatype");
+  throw bad_request(where + ": expected a number, got a JSON " + (v.IsString() ? "string" : v.IsBool() ? "bool" : "value"));
+}
+
+void put_element(std::string& out, const Value& v, WireType t, const std::string& where) {
+  switch (t) {
+    case WireType::BOOL:
+      if (!v.IsBool()) throw bad_request(where + ": expected true or false for a BOOL tensor");
+      return put<uint8_t>(out, v.GetBool() ? 1 : 0);
+    case WireType::UINT8: return put_int<uint8_t>(out, v, where);
+    case WireType::UINT16: return put_int<uint16_t>(out, v, where);
+    case WireType::UINT32: return put_int<uint32_t>(out, v, where);
+    case WireType::UINT64: return put_int<uint64_t>(out, v, where);
+    case WireType::INT8: return put_int<int8_t>(out, v, where);
+    case WireType::INT16: return put_int<int16_t>(out, v, where);
+    case WireType::INT32: return put_int<int32_t>(out, v, where);
+    case WireType::INT64: return put_int<int64_t>(out, v, where);
+    case WireType::FP32: {
+      if (!v.IsNumber()) throw bad_request(where + ": expected a number for an FP32 tensor");
+      double d = v.GetDouble();
+      if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max())
+        throw bad_request(where + ": value " + std::to_string(d) + " is out of range for FP32");
+      return put<float>(out, static_cast<float>(d));
+    }
+    case WireType::FP64:
+      if (!v.IsNumber()) throw bad_request(where + ": expected a number for an FP64 tensor");
+      return put<double>(out, v.GetDouble());
+    case WireType::BYTES:
+      if (!v.IsString()) throw bad_request(where + ": expected a string for a BYTES tensor");
+      put<uint32_t>(out, v.GetStringLength());
+      out.append(v.GetString(), v.GetStringLength());
+      return;
+    case WireType::FP16:
+    case WireType::BF16:
+      throw bad_request(where + ": " + wire_type_name(t) +
+                        " tensors travel only as binary data (parameters.binary_data_size)");
+  }
+}
+
+// Flattens flat or nested `data` into bytes; returns the element count.
+uint64_t flatten(const Value& v, WireType t, std::string& out, const std::string& where, int depth) {
+  if (!v.IsArray()) {
+    put_element(out, v, t, where);
+    return 1;
+  }
+  if (depth > kMaxJsonDepth) throw bad_request(where + ": data nests too deep");
+  uint64_t n = 0;
+  for (const auto& e : v.GetArray()) n += flatten(e, t, out, where, depth + 1);
+  return n;
+}
+
+const Value* member(const Value& obj, const char* key) {
+  auto it = obj.FindMember(key);
+  return it == obj.MemberEnd() ? nullptr : &it->value;
+}
+
+std::string require_string(const Value& obj, const char* key, const std::string& where) {
+  const Value* v = member(obj, key);
+  if (!v || !v->IsString()) throw bad_request(where + ": missing string field '" + key + "'");
+  return v->GetString();
+}
+
+std::optional<int64_t> int_param(const Value* params, const char* key, const std::string& where) {
+  if (!params) return std::nullopt;
+  const Value* v = member(*params, key);
+  if (!v) return std::nullopt;
+  if (!v->IsInt64()) throw bad_request(where + ": parameter '" + key + "' must be an integer");
+  return v->GetInt64();
+}
+
+std::optional<bool> bool_param(const Value* params, const char* key, const std::string& where) {
+  if (!params) return std::nullopt;
+  const Value* v = member(*params, key);
+  if (!v) return std::nullopt;
+  if (!v->IsBool()) throw bad_request(where + ": parameter '" + key + "' must be true or false");
+  return v->GetBool();
+}
+
+const Value* params_of(const Value& obj, const std::string& where) {
+  const Value* p = member(obj, "parameters");
+  if (p && !p->IsObject()) throw bad_request(where + ": 'parameters' must be a JSON object");
+  return p;
+}
+
+Tensor parse_input(const Value& in, size_t index, std::string_view blobs, size_t& blob_offset) {
+  std::string where = "inputs[" + std::to_string(index) + "]";
+  if (!in.IsObject()) throw bad_request(where + " must be a JSON object");
+  Tensor t;
+  t.name = require_string(in, "name", where);
+  where = "input '" + t.name + "'";
+  std::string dt = require_string(in, "datatype", where);
+  auto type = wire_type_from_name(dt);
+  if (!type) throw bad_request(where + ": unknown datatype '" + dt + "'; expected one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES");
+  t.type = *type;
+  const Value* shape = member(in, "shape");
+  if (!shape || !shape->IsArray()) throw bad_request(where + ": missing 'shape' (a list of dims)");
+  if (shape->Size() > 32) throw bad_request(where + ": shape has " + std::to_string(shape->Size()) + " dims; at most 32 are supported");
+  for (const auto& d : shape->GetArray()) {
+    if (!d.IsInt64() || d.GetInt64() < 0) throw bad_request(where + ": shape dims must be non-negative integers");
+    t.shape.push_back(d.GetInt64());
+  }
+  // Every legal tensor fits in the body, so no legal shape has more elements than the body has bytes
+  // (BYTES elements take at least 4); a larger product is refused before anything is sized from it.
+  auto count = element_count(t.shape, std::numeric_limits<uint32_t>::max() * uint64_t(16));
+  if (!count) throw bad_request(where + ": shape " + shape_str(t.shape) + " is too large");
+  const Value* params = params_of(in, where);
+  auto binary_size = int_param(params, "binary_data_size", where);
+  const Value* data = member(in, "data");
+  if (binary_size) {
+    if (data) throw bad_request(where + ": has both 'data' and parameters.binary_data_size; send one");
+    if (*binary_size < 0 || static_cast<uint64_t>(*binary_size) > blobs.size() - blob_offset)
+      throw bad_request(where + ": binary_data_size " + std::to_string(*binary_size) + " exceeds the " +
+                        std::to_string(blobs.size() - blob_offset) + " bytes left in the body");
+    size_t n = static_cast<size_t>(*binary_size);
+    if (t.type != WireType::BYTES && *count * wire_type_size(t.type) != n)
+      throw bad_request(where + ": shape " + shape_str(t.shape) + " of " + dt + " needs " +
+                        std::to_string(*count * wire_type_size(t.type)) + " bytes, binary_data_size is " +
+                        std::to_string(n));
+    t.bytes.assign(blobs.data() + blob_offset, n);
+    blob_offset += n;
+    return t;
+  }
+  if (!data) throw bad_request(where + ": has neither 'data' nor parameters.binary_data_size");
+  if (t.type != WireType::BYTES) t.bytes.reserve(std::min<uint64_t>(*count * wire_type_size(t.type), 1 << 20));
+  uint64_t got = flatten(*data, t.type, t.bytes, where, 0);
+  if (got != *count)
+    throw bad_request(where + ": shape " + shape_str(t.shape) + " needs " + std::to_string(*count) +
+                      " elements, 'data' has " + std::to_string(got));
+  return t;
+}
+
+}  // namespace
+
+InferRequest parse_infer_request(std::string_view body, size_t json_length) {
+  if (json_length > body.size())
+    throw bad_request("Inference-Header-Content-Length " + std::to_string(json_length) + " exceeds the body's " +
+                      std::to_string(body.size()) + " bytes");
+  rapidjson::Document doc;
+  parse_document(doc, body.substr(0, json_length), "the inference request");
+  std::string_view blobs = body.substr(json_length);
+  InferRequest req;
+  if (const Value* id = member(doc, "id")) {
+    if (!id->IsString()) throw bad_request("request 'id' must be a string");
+    req.id = id->GetString();
+  }
+  const Value* params = params_of(doc, "request");
+  req.binary_output_default = bool_param(params, "binary_data_output", "request").value_or(false);
+  req.timeout_us = int_param(params, "timeout", "request");
+  const Value* inputs = member(doc, "inputs");
+  if (!inputs || !inputs->IsArray() || inputs->Empty())
+    throw bad_request("request has no 'inputs' (expected a non-empty list of tensors)");
+  size_t offset = 0;
+  for (size_t i = 0; i < inputs->Size(); ++i) req.inputs.push_back(parse_input((*inputs)[i], i, blobs, offset));
+  if (offset != blobs.size())
+    throw bad_request("the body has " + std::to_string(blobs.size() - offset) +
+                      " bytes after the JSON header that no input's binary_data_size accounts for");
+  if (const Value* outputs = member(doc, "outputs")) {
+    if (!outputs->IsArray()) throw bad_request("request 'outputs' must be a list");
+    for (size_t i = 0; i < outputs->Size(); ++i) {
+      const Value& o = (*outputs)[i];
+      std::string where = "outputs[" + std::to_string(i) + "]";
+      if (!o.IsObject()) throw bad_request(where + " must be a JSON object");
+      RequestedOutput r;
+      r.name = require_string(o, "name", where);
+      const Value* p = params_of(o, where);
+      r.binary = bool_param(p, "binary_data", where);
+      if (p && member(*p, "classification"))
+        throw bad_request(where + ": the classification extension is not supported");
+      req.outputs.push_back(std::move(r));
+    }
+  }
+  return req;
+}
+
+namespace {
+
+template <typename T>
+T get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+void write_data(Writer& w, const Tensor& t) {
+  w.StartArray();
+  const char* p = t.bytes.data();
+  size_t size = wire_type_size(t.type);
+  size_t n = size ? t.bytes.size() / size : 0;
+  for (size_t i = 0; i < n; ++i, p += size) {
+    switch (t.type) {
+      case WireType::BOOL: w.Bool(*p != 0); break;
+      case WireType::UINT8: w.Uint(get<uint8_t>(p)); break;
+      case WireType::UINT16: w.Uint(get<uint16_t>(p)); break;
+      case WireType::UINT32: w.Uint(get<uint32_t>(p)); break;
+      case WireType::UINT64: w.Uint64(get<uint64_t>(p)); break;
+      case WireType::INT8: w.Int(get<int8_t>(p)); break;
+      case WireType::INT16: w.Int(get<int16_t>(p)); break;
+      case WireType::INT32: w.Int(get<int32_t>(p)); break;
+      case WireType::INT64: w.Int64(get<int64_t>(p)); break;
+      case WireType::FP32: w.Double(get<float>(p)); break;
+      case WireType::FP64: w.Double(get<double>(p)); break;
+      default: break;  // FP16/BF16 are always sent binary (service.cpp)
+    }
+  }
+  w.EndArray();
+}
+
+void write_shape(Writer& w, const std::vector<int64_t>& shape) {
+  w.StartArray();
+  for (int64_t d : shape) w.Int64(d);
+  w.EndArray();
+}
+
+}  // namespace
+
+std::string write_infer_response(const InferResponse& r, size_t* json_length) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("model_name"); w.String(r.model_name.c_str());
+  w.Key("model_version"); w.String(r.model_version.c_str());
+  if (r.id) { w.Key("id"); w.String(r.id->c_str(), r.id->size()); }
+  w.Key("outputs");
+  w.StartArray();
+  bool any_binary = false;
+  for (const auto& o : r.outputs) {
+    w.StartObject();
+    w.Key("name"); w.String(o.tensor.name.c_str());
+    w.Key("datatype"); w.String(wire_type_name(o.tensor.type));
+    w.Key("shape"); write_shape(w, o.tensor.shape);
+    if (o.binary) {
+      any_binary = true;
+      w.Key("parameters"); w.StartObject();
+      w.Key("binary_data_size"); w.Uint64(o.tensor.bytes.size());
+      w.EndObject();
+    } else {
+      w.Key("data"); write_data(w, o.tensor);
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  std::string out(sb.GetString(), sb.GetSize());
+  *json_length = any_binary ? out.size() : std::string::npos;
+  for (const auto& o : r.outputs)
+    if (o.binary) out += o.tensor.bytes;
+  return out;
+}
+
+ModelConfig parse_model_config(const std::string& text) {
+  rapidjson::Document doc;
+  parse_document(doc, text, "config.json");
+  ModelConfig c;
+  auto get_int = [&](const char* key, int64_t& field, int64_t min) {
+    const Value* v = member(doc, key);
+    if (!v) return;
+    if (!v->IsInt64() || v->GetInt64() < min)
+      throw bad_request(std::string("config.json: '") + key + "' must be an integer >= " + std::to_string(min));
+    field = v->GetInt64();
+  };
+  get_int("max_batch_size", c.max_batch_size, 0);
+  get_int("max_queue_delay_us", c.max_queue_delay_us, 0);
+  get_int("num_runners", c.num_runners, 1);
+  get_int("max_queue_size", c.max_queue_size, 1);
+  if (const Value* v = member(doc, "preferred_batch_sizes")) {
+    if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
+    for (const auto& e : v->GetArray()) {
+      if (!e.IsInt64() || e.GetInt64() < 1)
+        throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
+      c.preferred_batch_sizes.push_back(e.GetInt64());
+    }
+  }
+  return c;
+}
+
+namespace {
+
+std::string done(rapidjson::StringBuffer& sb) { return std::string(sb.GetString(), sb.GetSize()); }
+
+void write_tensor_infos(Writer& w, const std::vector<TensorInfo>& ts) {
+  w.StartArray();
+  for (const auto& t : ts) {
+    w.StartObject();
+    w.Key("name"); w.String(t.name.c_str());
+    w.Key("datatype"); w.String(wire_type_name(t.type));
+    w.Key("shape"); write_shape(w, t.shape);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+void write_config_tensors(Writer& w, const std::vector<TensorInfo>& ts, bool drop_batch_dim) {
+  w.StartArray();
+  for (const auto& t : ts) {
+    w.StartObject();
+    w.Key("name"); w.String(t.name.c_str());
+    w.Key("data_type"); w.String(triton_type_name(t.type));
+    w.Key("dims");
+    w.StartArray();
+    for (size_t i = drop_batch_dim ? 1 : 0; i < t.shape.size(); ++i) w.Int64(t.shape[i]);
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+void write_duration(Writer& w, const char* key, const Duration& d) {
+  w.Key(key);
+  w.StartObject();
+  w.Key("count"); w.Uint64(d.count);
+  w.Key("ns"); w.Uint64(d.ns);
+  w.EndObject();
+}
+
+}  // namespace
+
+std::string write_error(const std::string& message) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("error"); w.String(message.c_str(), message.size());
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_flag(const char* key, bool value) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key(key); w.Bool(value);
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_model_ready(const std::string& name, bool ready) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("name"); w.String(name.c_str());
+  w.Key("ready"); w.Bool(ready);
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_server_metadata(const ServerInfo& info) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("name"); w.String(info.name.c_str());
+  w.Key("version"); w.String(info.version.c_str());
+  w.Key("extensions");
+  w.StartArray();
+  for (const auto& e : info.extensions) w.String(e.c_str());
+  w.EndArray();
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_model_metadata(const ModelInfo& info, const std::vector<std::string>& versions) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("name"); w.String(info.name.c_str());
+  w.Key("versions");
+  w.StartArray();
+  for (const auto& v : versions) w.String(v.c_str());
+  w.EndArray();
+  w.Key("platform"); w.String("torch_aoti");
+  w.Key("inputs"); write_tensor_infos(w, info.inputs);
+  w.Key("outputs"); write_tensor_infos(w, info.outputs);
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  bool batching = c.max_batch_size > 0;
+  w.StartObject();
+  w.Key("name"); w.String(info.name.c_str());
+  w.Key("platform"); w.String("torch_aoti");
+  w.Key("backend"); w.String("aotc");
+  w.Key("max_batch_size"); w.Int64(batching ? c.max_batch_size : 0);
+  w.Key("input"); write_config_tensors(w, info.inputs, batching);
+  w.Key("output"); write_config_tensors(w, info.outputs, batching);
+  if (batching) {
+    w.Key("dynamic_batching");
+    w.StartObject();
+    w.Key("preferred_batch_size");
+    w.StartArray();
+    for (int64_t b : c.preferred_batch_sizes) w.Int64(b);
+    w.EndArray();
+    w.Key("max_queue_delay_microseconds"); w.Int64(c.max_queue_delay_us);
+    w.Key("default_queue_policy");
+    w.StartObject();
+    w.Key("max_queue_size"); w.Int64(c.max_queue_size);
+    w.EndObject();
+    w.EndObject();
+  }
+  w.Key("instance_group");
+  w.StartArray();
+  w.StartObject();
+  w.Key("count"); w.Int64(c.num_runners);
+  w.Key("kind"); w.String(info.device == "cuda" ? "KIND_GPU" : "KIND_CPU");
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_stats(const std::vector<ModelStats>& stats) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartObject();
+  w.Key("model_stats");
+  w.StartArray();
+  for (const auto& s : stats) {
+    w.StartObject();
+    w.Key("name"); w.String(s.name.c_str());
+    w.Key("version"); w.String(s.version.c_str());
+    w.Key("last_inference"); w.Uint64(s.last_inference_ms);
+    w.Key("inference_count"); w.Uint64(s.inference_count);
+    w.Key("execution_count"); w.Uint64(s.execution_count);
+    w.Key("inference_stats");
+    w.StartObject();
+    write_duration(w, "success", s.success);
+    write_duration(w, "fail", s.fail);
+    write_duration(w, "queue", s.queue);
+    write_duration(w, "compute_input", s.compute_input);
+    write_duration(w, "compute_infer", s.compute_infer);
+    write_duration(w, "compute_output", s.compute_output);
+    write_duration(w, "cache_hit", Duration{});
+    write_duration(w, "cache_miss", Duration{});
+    w.EndObject();
+    w.Key("batch_stats");
+    w.StartArray();
+    for (const auto& [size, b] : s.batch_stats) {
+      w.StartObject();
+      w.Key("batch_size"); w.Int64(size);
+      write_duration(w, "compute_input", b.compute_input);
+      write_duration(w, "compute_infer", b.compute_infer);
+      write_duration(w, "compute_output", b.compute_output);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return done(sb);
+}
+
+std::string write_repository_index(const std::vector<VersionState>& states) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartArray();
+  for (const auto& s : states) {
+    w.StartObject();
+    w.Key("name"); w.String(s.name.c_str());
+    w.Key("version"); w.String(s.version.c_str());
+    w.Key("state"); w.String(s.state.c_str());
+    w.Key("reason"); w.String(s.reason.c_str(), s.reason.size());
+    w.EndObject();
+  }
+  w.EndArray();
+  return done(sb);
+}
+
+}  // namespace aotc::server::codec

@@ -1,0 +1,38 @@
+// The wire codec: the Open Inference Protocol's JSON (and the binary tensor extension) <-> native types.
+//
+// The only file that sees JSON (RapidJSON stays behind codec.cpp). Parsers validate shape against the bytes
+// actually present and throw ServeError(400) with one line saying what was wrong and what was expected; they
+// never size an allocation from a client's claim before checking it against the body. Pure functions:
+// thread-safe, no state.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "types.h"
+
+namespace aotc::server::codec {
+
+constexpr int kMaxJsonDepth = 64;
+
+// Parses an infer request whose JSON header is body[0, json_length) and whose binary blobs follow it.
+// Fills everything but `model`/`version`.
+InferRequest parse_infer_request(std::string_view body, size_t json_length);
+
+// Serializes a response; when any output is binary, *json_length is the JSON header's length (else npos).
+std::string write_infer_response(const InferResponse& response, size_t* json_length);
+
+// DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field.
+ModelConfig parse_model_config(const std::string& text);
+
+std::string write_error(const std::string& message);
+std::string write_flag(const char* key, bool value);                        // {"live": true}
+std::string write_model_ready(const std::string& name, bool ready);
+std::string write_server_metadata(const ServerInfo& info);
+std::string write_model_metadata(const ModelInfo& info, const std::vector<std::string>& versions);
+std::string write_model_config(const ModelInfo& info, const ModelConfig& config);
+std::string write_stats(const std::vector<ModelStats>& stats);
+std::string write_repository_index(const std::vector<VersionState>& states);
+
+}  // namespace aotc::server::codec

@@ -1,0 +1,110 @@
+// aotc-server: serve the packages of a model repository over the Open Inference Protocol, without Python.
+//
+// Threads: main (loads the repository, then polls it when --poll-repository is set), the HTTP accept thread
+// and its connection pool (http.h), one signal thread (SIGTERM/SIGINT are blocked everywhere else and taken
+// with sigwait), and each model version's runners (scheduler.h). Shutdown: a signal stops accepting; every
+// accepted request is answered; exit 0.
+#include <signal.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "http.h"
+#include "options.h"
+#include "repository.h"
+
+using namespace aotc::server;
+
+namespace {
+
+std::mutex log_mu;
+
+void log_line(const std::string& line) {
+  std::lock_guard<std::mutex> lock(log_mu);
+  std::fprintf(stderr, "aotc-server: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ServerOptions options;
+  try {
+    bool help = false;
+    options = parse_options(std::vector<std::string>(argv + 1, argv + argc), &help);
+    if (help) {
+      std::fputs(usage(), stdout);
+      return 0;
+    }
+    if (!std::filesystem::is_directory(options.model_repository))
+      throw std::invalid_argument("--model-repository '" + options.model_repository + "' is not a directory");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "aotc-server: error: %s\n", e.what());
+    return 2;
+  }
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Repository repo(options.model_repository, log_line);
+  ServerInfo info;
+  info.version = "0.1.0";
+  info.extensions = {"binary_tensor_data", "parameters", "statistics", "model_repository", "model_configuration",
+                     "schedule_policy"};
+  HttpServer http(options, repo, info);
+  int port = 0;
+  try {
+    port = http.bind();
+  } catch (const std::exception& e) {
+    log_line(std::string("error: ") + e.what());
+    return 1;
+  }
+  log_line("listening on http://" + options.host + ":" + std::to_string(port));
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread server([&] { http.serve(); });
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    log_line(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+             ": no new connections; answering the accepted requests");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    http.stop();
+  });
+
+  repo.load_all();
+  http.set_ready(true);
+  log_line("ready");
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      if (options.poll_repository_s > 0) {
+        cv.wait_for(lock, std::chrono::seconds(options.poll_repository_s), [&] { return stopping; });
+        if (stopping) break;
+        lock.unlock();
+        repo.poll();
+        lock.lock();
+      } else {
+        cv.wait(lock, [&] { return stopping; });
+      }
+    }
+  }
+  server.join();
+  waiter.join();
+  log_line("stopped");
+  return 0;
+}

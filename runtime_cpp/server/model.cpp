@@ -1,0 +1,103 @@
+// Model (model.h): the one file of the server that includes ATen. Converts byte tensors to at::Tensor views
+// (no copy for CPU packages), calls aotc::Session::run, and copies the outputs back to bytes.
+// Thread-safe as model.h says: no state beyond the Session, which is thread-safe.
+#include "model.h"
+
+#include <cstring>
+
+#include <ATen/ops/from_blob.h>
+#include <aotc/runtime.h>
+
+namespace aotc::server {
+namespace {
+
+WireType wire_from_scalar(at::ScalarType s) {
+  switch (s) {
+    case at::kBool: return WireType::BOOL;
+    case at::kByte: return WireType::UINT8;
+    case at::kChar: return WireType::INT8;
+    case at::kShort: return WireType::INT16;
+    case at::kInt: return WireType::INT32;
+    case at::kLong: return WireType::INT64;
+    case at::kHalf: return WireType::FP16;
+    case at::kBFloat16: return WireType::BF16;
+    case at::kFloat: return WireType::FP32;
+    case at::kDouble: return WireType::FP64;
+    default: throw ServeError(500, std::string("the model returned a tensor of unsupported dtype ") + c10::toString(s));
+  }
+}
+
+TensorInfo to_info(const aotc::TensorSpec& s) {
+  TensorInfo t;
+  t.name = s.name;
+  auto type = wire_type_from_manifest(aotc::dtype_name(s.dtype));
+  if (!type) throw ServeError(503, "tensor '" + s.name + "' has a dtype the protocol cannot carry");
+  t.type = *type;
+  t.shape = s.shape;
+  t.ranges = s.ranges;
+  return t;
+}
+
+}  // namespace
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::open(const std::string& path, const std::string& name, const std::string& version,
+                                   size_t num_runners) {
+  auto start = Clock::now();
+  std::unique_ptr<Model> m(new Model());
+  try {
+    aotc::SessionOptions opts;
+    opts.num_runners = num_runners;
+    m->session_ = aotc::Session::open(path, opts);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw ServeError(503, what.substr(0, what.find('\n')));
+  }
+  const aotc::Manifest& man = m->session_->manifest();
+  m->info_.name = name;
+  m->info_.version = version;
+  m->info_.device = man.device;
+  for (const auto& s : man.inputs) m->info_.inputs.push_back(to_info(s));
+  for (const auto& s : man.outputs) m->info_.outputs.push_back(to_info(s));
+  m->info_.batch = man.batch;
+  m->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+  return m;
+}
+
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
+  const aotc::Manifest& man = session_->manifest();
+  std::vector<at::Tensor> args;
+  args.reserve(inputs.size());
+  try {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      auto st = aotc::to_scalar_type(man.inputs[i].dtype);
+      at::Tensor t = at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape,
+                                   at::TensorOptions().dtype(st));
+      if (man.device == "cuda") t = t.to(at::kCUDA);
+      args.push_back(std::move(t));
+    }
+    std::vector<at::Tensor> outs = session_->run(args);
+    std::vector<Tensor> result;
+    result.reserve(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      at::Tensor o = outs[i].contiguous().to(at::kCPU);
+      Tensor t;
+      t.name = i < man.outputs.size() ? man.outputs[i].name : "output" + std::to_string(i);
+      t.type = wire_from_scalar(o.scalar_type());
+      t.shape.assign(o.sizes().begin(), o.sizes().end());
+      t.bytes.assign(static_cast<const char*>(o.data_ptr()), o.nbytes());
+      result.push_back(std::move(t));
+    }
+    return result;
+  } catch (const aotc::Error& e) {
+    throw ServeError(e.kind() == aotc::Error::Kind::InvalidInput ? 400 : 500, e.what());
+  } catch (const ServeError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw ServeError(500, "the model failed: " + what.substr(0, what.find('\n')));
+  }
+}
+
+}  // namespace aotc::server

@@ -1,0 +1,41 @@
+// One loaded model version: an aotc::Session behind byte tensors, so nothing else in the server sees ATen.
+//
+// Ownership: a Model owns its Session. Blocking: open() loads the package (seconds); run() blocks for one
+// model call. Thread-safety: info() and run() may be called from any number of threads; at most
+// num_runners calls execute in the model at once (the Session enforces it), the rest wait.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "types.h"
+
+namespace aotc {
+class Session;
+}
+
+namespace aotc::server {
+
+class Model {
+ public:
+  // Opens and verifies the package. Throws ServeError(503) carrying the one-line reason it cannot load.
+  static std::unique_ptr<Model> open(const std::string& path, const std::string& name, const std::string& version,
+                                     size_t num_runners);
+  ~Model();
+
+  const ModelInfo& info() const { return info_; }
+  double load_seconds() const { return load_seconds_; }
+
+  // Runs inputs given in the manifest's order, already validated against info(). Throws ServeError:
+  // 400 when the runtime refuses the inputs, 500 when the model itself fails.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+
+ private:
+  Model() = default;
+  std::unique_ptr<aotc::Session> session_;
+  ModelInfo info_;
+  double load_seconds_ = 0;
+};
+
+}  // namespace aotc::server

@@ -1,0 +1,77 @@
+// Command-line parsing for aotc-server (options.h). Pure; thread-safe.
+#include "options.h"
+
+#include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
+namespace aotc::server {
+
+const char* usage() {
+  return "usage: aotc-server --model-repository DIR [options]\n"
+         "  --model-repository DIR   models as DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json)\n"
+         "  --http-port P            port to listen on (default 8000; 0 = any free port)\n"
+         "  --host H                 address to bind (default 127.0.0.1)\n"
+         "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/*\n"
+         "  --poll-repository S      rescan the repository every S seconds and hot-swap changes (default 0: off)\n"
+         "  --log-requests           log one line per request to stderr\n"
+         "  --max-body-bytes N       refuse larger request bodies with 413 (default 67108864)\n"
+         "  --http-threads N         connection threads; each open keep-alive connection holds one (default 512)\n"
+         "  --keep-alive-timeout S   close idle keep-alive connections after S seconds (default 5)\n";
+}
+
+namespace {
+
+long long to_int(const std::string& flag, const std::string& v, long long min, long long max) {
+  size_t used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || n < min || n > max)
+    throw std::invalid_argument(flag + " expects an integer in " + std::to_string(min) + ".." + std::to_string(max) +
+                                ", got '" + v + "'");
+  return n;
+}
+
+}  // namespace
+
+ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
+  ServerOptions o;
+  *help = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool inline_value = false;
+    if (auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    if (flag == "--help" || flag == "-h") { *help = true; return o; }
+    if (flag == "--log-requests") { o.log_requests = true; continue; }
+    static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",
+                                          "--poll-repository", "--max-body-bytes", "--http-threads",
+                                          "--keep-alive-timeout"};
+    if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
+      throw std::invalid_argument("unknown option '" + flag + "'; see --help");
+    if (!inline_value) {
+      if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value; see --help");
+      value = args[++i];
+    }
+    if (flag == "--model-repository") o.model_repository = value;
+    else if (flag == "--http-port") o.http_port = static_cast<int>(to_int(flag, value, 0, 65535));
+    else if (flag == "--host") o.host = value;
+    else if (flag == "--api-key") o.api_key = value;
+    else if (flag == "--poll-repository") o.poll_repository_s = static_cast<int>(to_int(flag, value, 0, 86400));
+    else if (flag == "--max-body-bytes") o.max_body_bytes = static_cast<size_t>(to_int(flag, value, 1, 1LL << 40));
+    else if (flag == "--http-threads") o.http_threads = static_cast<size_t>(to_int(flag, value, 1, 100000));
+    else if (flag == "--keep-alive-timeout") o.keep_alive_timeout_s = static_cast<int>(to_int(flag, value, 1, 3600));
+    else throw std::invalid_argument("unknown option '" + flag + "'; see --help");
+  }
+  if (o.model_repository.empty()) throw std::invalid_argument("--model-repository DIR is required; see --help");
+  return o;
+}
+
+}  // namespace aotc::server

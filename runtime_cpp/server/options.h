@@ -1,0 +1,28 @@
+// aotc-server's options: one struct, filled from the command line. Plain data; parse_options is pure.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace aotc::server {
+
+struct ServerOptions {
+  std::string model_repository;             // DIR/<model>/<version>/model.pt2
+  std::string host = "127.0.0.1";
+  int http_port = 8000;                     // 0 picks a free port (printed at start)
+  std::string api_key;                      // non-empty: `Authorization: Bearer KEY` on all but health
+  int poll_repository_s = 0;                // 0: load once at start
+  bool log_requests = false;
+  size_t max_body_bytes = 64u << 20;        // wire and decompressed; larger bodies get 413
+  size_t http_threads = 512;                // one per open connection: keep-alive connections hold one
+  int keep_alive_timeout_s = 5;
+  size_t keep_alive_max_requests = 10000;
+};
+
+// Parses argv (`--flag value` or `--flag=value`). Throws std::invalid_argument with one line naming the
+// bad flag and what was expected. Sets *help when --help was given.
+ServerOptions parse_options(const std::vector<std::string>& args, bool* help);
+const char* usage();
+
+}  // namespace aotc::server

@@ -1,0 +1,259 @@
+// Repository (repository.h): scanning the directory, loading versions, hot swap and unloading.
+//
+// A scan lists what is on disk; sync() then loads every version that is new or whose model.pt2 changed
+// (size or mtime), off the lookup lock, and swaps it in under the lock. A version that fails to load is
+// recorded with its reason and never replaces a READY one. Replaced and removed schedulers are released
+// outside the lock; each lives on until the requests holding it are answered.
+#include "repository.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "codec.h"
+
+namespace fs = std::filesystem;
+
+namespace aotc::server {
+
+struct Repository::Found {
+  std::string model;
+  int64_t version = -1;  // -1: the model directory has no version directory
+  std::string path;
+  int64_t mtime_ns = 0;
+  int64_t size = -1;
+  std::string config_text;
+  bool has_config = false;
+};
+
+namespace {
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<Repository::Found> scan(const std::string& root) {
+  std::vector<Repository::Found> out;
+  std::error_code ec;
+  for (const auto& mdir : fs::directory_iterator(root, ec)) {
+    std::string name = mdir.path().filename().string();
+    if (name.empty() || name[0] == '.' || !mdir.is_directory(ec)) continue;
+    Repository::Found base;
+    base.model = name;
+    fs::path cfg = mdir.path() / "config.json";
+    if (fs::exists(cfg, ec)) {
+      base.has_config = true;
+      base.config_text = read_file(cfg);
+    }
+    bool any = false;
+    for (const auto& vdir : fs::directory_iterator(mdir.path(), ec)) {
+      std::string v = vdir.path().filename().string();
+      fs::path pkg = vdir.path() / "model.pt2";
+      if (!all_digits(v) || !fs::is_regular_file(pkg, ec)) continue;
+      Repository::Found f = base;
+      f.version = std::stoll(v);
+      f.path = pkg.string();
+      f.size = static_cast<int64_t>(fs::file_size(pkg, ec));
+      f.mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       fs::last_write_time(pkg, ec).time_since_epoch()).count();
+      out.push_back(std::move(f));
+      any = true;
+    }
+    if (!any) out.push_back(base);
+  }
+  return out;
+}
+
+ModelConfig with_defaults(ModelConfig c, const ModelInfo& info) {
+  if (!info.batch) {
+    c.max_batch_size = 0;
+  } else {
+    int64_t package_max = info.batch->second > 0 ? info.batch->second : INT64_MAX;
+    if (c.max_batch_size < 0) c.max_batch_size = std::min<int64_t>(package_max, 64);
+    c.max_batch_size = std::min(c.max_batch_size, package_max);
+  }
+  return c;
+}
+
+}  // namespace
+
+Repository::Repository(std::string root, Log log) : root_(std::move(root)), log_(std::move(log)) {}
+
+Repository::~Repository() {
+  std::map<std::string, Entry> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone.swap(models_);
+  }
+}
+
+void Repository::load_all() { sync(scan(root_), "", false); }
+void Repository::poll() { sync(scan(root_), "", false); }
+
+void Repository::load_model(const std::string& name) {
+  auto found = scan(root_);
+  if (std::none_of(found.begin(), found.end(), [&](const Found& f) { return f.model == name; }))
+    throw not_found("no model directory '" + name + "' in the repository " + root_);
+  sync(found, name, true);
+  if (ready_versions(name).empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Entry& e = models_[name];
+    std::string reason = e.reason;
+    for (const auto& [v, ver] : e.versions)
+      if (!ver.reason.empty()) reason = "version " + std::to_string(v) + ": " + ver.reason;
+    throw bad_request("failed to load model '" + name + "': " + reason);
+  }
+}
+
+void Repository::unload_model(const std::string& name) {
+  std::vector<std::shared_ptr<Scheduler>> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) throw not_found("unknown model '" + name + "'");
+    it->second.unloaded = true;
+    for (auto& [v, ver] : it->second.versions) {
+      if (ver.scheduler) released.push_back(std::move(ver.scheduler));
+      ver.state = "UNAVAILABLE";
+      ver.reason = "unloaded";
+    }
+  }
+  log_("unloaded model '" + name + "'");
+}
+
+void Repository::sync(const std::vector<Found>& found, const std::string& only, bool force) {
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  std::vector<std::shared_ptr<Scheduler>> released;  // destroyed after mu_ is let go
+  for (const Found& f : found) {
+    if (!only.empty() && f.model != only) continue;
+    Version current;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = models_[f.model];
+      if (force) e.unloaded = false;
+      if (e.unloaded) continue;
+      if (f.version < 0) {
+        e.reason = "no version directory with a model.pt2 (expected " + f.model + "/<n>/model.pt2)";
+        continue;
+      }
+      e.reason.clear();
+      auto it = e.versions.find(f.version);
+      if (it != e.versions.end()) current = it->second;
+    }
+    bool unchanged = current.mtime_ns == f.mtime_ns && current.size == f.size;
+    if (unchanged && (!force || current.state == "READY")) continue;
+
+    std::string vstr = std::to_string(f.version);
+    std::shared_ptr<Scheduler> fresh;
+    std::string reason;
+    try {
+      ModelConfig cfg = f.has_config ? codec::parse_model_config(f.config_text) : ModelConfig{};
+      std::shared_ptr<const Model> model = Model::open(f.path, f.model, vstr, static_cast<size_t>(cfg.num_runners));
+      fresh = std::make_shared<Scheduler>(model, with_defaults(cfg, model->info()));
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.2f", model->load_seconds());
+      log_("loaded model '" + f.model + "' version " + vstr + " from " + f.path + " in " + secs + " s");
+    } catch (const std::exception& e) {
+      reason = e.what();
+      log_("failed to load model '" + f.model + "' version " + vstr + " from " + f.path + ": " + reason);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Version& v = models_[f.model].versions[f.version];
+    v.path = f.path;
+    v.mtime_ns = f.mtime_ns;
+    v.size = f.size;
+    if (fresh) {
+      if (v.scheduler) released.push_back(std::move(v.scheduler));
+      v.scheduler = std::move(fresh);
+      v.state = "READY";
+      v.reason.clear();
+    } else if (v.scheduler) {
+      v.reason = "the changed package failed to load, the previous one still serves: " + reason;
+    } else {
+      v.state = "UNAVAILABLE";
+      v.reason = reason;
+    }
+  }
+  // Unload what disappeared from disk.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = models_.begin(); it != models_.end();) {
+    const std::string& name = it->first;
+    if (!only.empty() && name != only) { ++it; continue; }
+    auto on_disk = [&](int64_t v) {
+      return std::any_of(found.begin(), found.end(), [&](const Found& f) { return f.model == name && f.version == v; });
+    };
+    bool model_on_disk = std::any_of(found.begin(), found.end(), [&](const Found& f) { return f.model == name; });
+    for (auto vit = it->second.versions.begin(); vit != it->second.versions.end();) {
+      if (model_on_disk && on_disk(vit->first)) { ++vit; continue; }
+      if (vit->second.scheduler) {
+        released.push_back(std::move(vit->second.scheduler));
+        log_("unloading model '" + name + "' version " + std::to_string(vit->first) + ": removed from disk");
+      }
+      vit = it->second.versions.erase(vit);
+    }
+    it = model_on_disk ? std::next(it) : models_.erase(it);
+  }
+}
+
+std::shared_ptr<Scheduler> Repository::get(const std::string& name, const std::string& version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) throw not_found("unknown model '" + name + "'");
+  const Entry& e = it->second;
+  if (version.empty()) {
+    for (auto v = e.versions.rbegin(); v != e.versions.rend(); ++v)
+      if (v->second.scheduler) return v->second.scheduler;
+    std::string reason = e.unloaded ? "unloaded" : e.reason;
+    for (const auto& [n, v] : e.versions)
+      if (!v.reason.empty()) reason = "version " + std::to_string(n) + ": " + v.reason;
+    throw unavailable("model '" + name + "' has no ready version" + (reason.empty() ? "" : " (" + reason + ")"));
+  }
+  auto v = all_digits(version) ? e.versions.find(std::stoll(version)) : e.versions.end();
+  if (v == e.versions.end()) throw not_found("model '" + name + "' has no version '" + version + "'");
+  if (!v->second.scheduler)
+    throw unavailable("model '" + name + "' version " + version + " is not ready: " + v->second.reason);
+  return v->second.scheduler;
+}
+
+std::vector<std::string> Repository::ready_versions(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  auto it = models_.find(name);
+  if (it == models_.end()) return out;
+  for (const auto& [n, v] : it->second.versions)
+    if (v.scheduler) out.push_back(std::to_string(n));
+  return out;
+}
+
+std::vector<VersionState> Repository::index() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<VersionState> out;
+  for (const auto& [name, e] : models_) {
+    if (e.versions.empty()) out.push_back({name, "", "UNAVAILABLE", e.unloaded ? "unloaded" : e.reason});
+    for (const auto& [n, v] : e.versions) out.push_back({name, std::to_string(n), v.state, v.reason});
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<Scheduler>> Repository::schedulers(const std::string& name,
+                                                               const std::string& version) const {
+  if (!version.empty()) return {get(name, version)};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!name.empty() && !models_.count(name)) throw not_found("unknown model '" + name + "'");
+  std::vector<std::shared_ptr<Scheduler>> out;
+  for (const auto& [n, e] : models_)
+    if (name.empty() || n == name)
+      for (const auto& [v, ver] : e.versions)
+        if (ver.scheduler) out.push_back(ver.scheduler);
+  return out;
+}
+
+}  // namespace aotc::server

@@ -1,0 +1,251 @@
+// Scheduler (scheduler.h): queue, batch forming, concatenation along dim 0 and splitting of outputs.
+//
+// Runners wait on one condition variable; each forms a batch from the head of the queue and the queued
+// requests compatible with it (same trailing dims), in arrival order. Concatenation is a byte append because
+// tensors are row-major with the batch dim first. A request cancelled by its timeout is skipped; one already
+// taken by a runner is always answered.
+#include "scheduler.h"
+
+#include <algorithm>
+
+namespace aotc::server {
+
+struct Scheduler::Job {
+  std::vector<Tensor> inputs;
+  int64_t rows = 1;
+  Clock::time_point enqueued;
+  std::atomic<int> state{0};  // 0 queued, 1 taken by a runner, 2 cancelled by its timeout
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::vector<Tensor> outputs;
+  std::optional<ServeError> error;
+};
+
+namespace {
+
+uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+bool compatible(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!std::equal(a[i].shape.begin() + 1, a[i].shape.end(), b[i].shape.begin() + 1, b[i].shape.end()))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(std::shared_ptr<const Model> model, const ModelConfig& config)
+    : model_(std::move(model)), config_(config) {
+  stats_.name = model_->info().name;
+  stats_.version = model_->info().version;
+  stats_.load_seconds = model_->load_seconds();
+  for (int64_t i = 0; i < std::max<int64_t>(1, config_.num_runners); ++i)
+    runners_.emplace_back([this] { runner_loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : runners_) t.join();
+}
+
+std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us) {
+  auto job = std::make_shared<Job>();
+  job->rows = model_->info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
+  job->inputs = std::move(inputs);
+  job->enqueued = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) throw unavailable("model '" + model_->info().name + "' is being unloaded; retry");
+    if (static_cast<int64_t>(queue_.size()) >= config_.max_queue_size) {
+      record_failure("REJECTED");
+      throw unavailable("model '" + model_->info().name + "' has " + std::to_string(queue_.size()) +
+                        " requests queued (max_queue_size); retry later");
+    }
+    queue_.push_back(job);
+    ++pending_;
+  }
+  cv_.notify_all();
+
+  std::unique_lock<std::mutex> jl(job->m);
+  if (timeout_us && *timeout_us >= 0) {
+    auto deadline = job->enqueued + std::chrono::microseconds(*timeout_us);
+    if (!job->cv.wait_until(jl, deadline, [&] { return job->done; })) {
+      int queued = 0;
+      if (job->state.compare_exchange_strong(queued, 2)) {
+        --pending_;
+        record_failure("CANCELED");
+        throw unavailable("request timed out after " + std::to_string(*timeout_us) +
+                          " us in the queue (parameter 'timeout')");
+      }
+    }
+  }
+  job->cv.wait(jl, [&] { return job->done; });
+  --pending_;
+  std::lock_guard<std::mutex> sl(stats_mu_);
+  uint64_t total = ns_between(job->enqueued, Clock::now());
+  if (job->error) {
+    stats_.fail.add(total);
+    ++stats_.failures_by_reason[job->error->status() == 400 ? "REJECTED" : "BACKEND"];
+    throw *job->error;
+  }
+  stats_.success.add(total);
+  return std::move(job->outputs);
+}
+
+void Scheduler::record_failure(const std::string& reason) {
+  std::lock_guard<std::mutex> sl(stats_mu_);
+  stats_.fail.add(0);
+  ++stats_.failures_by_reason[reason];
+}
+
+ModelStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> sl(stats_mu_);
+  ModelStats s = stats_;
+  s.pending = pending_.load();
+  return s;
+}
+
+void Scheduler::runner_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) {
+      if (stop_) return;
+      continue;
+    }
+    auto jobs = take_batch(lock);
+    if (jobs.empty()) continue;
+    lock.unlock();
+    execute(jobs);
+    lock.lock();
+  }
+}
+
+auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<std::shared_ptr<Job>> {
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (;;) {
+    while (!queue_.empty() && queue_.front()->state.load() == 2) queue_.pop_front();
+    if (queue_.empty()) return jobs;
+    auto head = queue_.front();
+    if (!batching()) break;
+    int64_t rows = 0;
+    for (const auto& j : queue_)
+      if (j->state.load() == 0 && compatible(head->inputs, j->inputs) && rows + j->rows <= config_.max_batch_size)
+        rows += j->rows;
+    if (rows == 0) break;  // the head alone exceeds max_batch_size: it runs alone
+    auto deadline = head->enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
+    const auto& pref = config_.preferred_batch_sizes;
+    bool ready = rows >= config_.max_batch_size || stop_ || Clock::now() >= deadline ||
+                 std::find(pref.begin(), pref.end(), rows) != pref.end();
+    if (ready) break;
+    cv_.wait_until(lock, deadline);
+  }
+  // Take the head and, when batching, every compatible queued request that still fits, in arrival order.
+  auto head = queue_.front();
+  int64_t rows = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    auto& j = *it;
+    bool fits = jobs.empty() || (batching() && compatible(head->inputs, j->inputs) &&
+                                 rows + j->rows <= config_.max_batch_size);
+    int queued = 0;
+    if (fits && j->state.compare_exchange_strong(queued, 1)) {
+      rows += j->rows;
+      jobs.push_back(j);
+      it = queue_.erase(it);
+      if (!batching()) break;
+    } else if (j->state.load() == 2) {
+      it = queue_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return jobs;
+}
+
+void Scheduler::execute(std::vector<std::shared_ptr<Job>>& jobs) {
+  auto t0 = Clock::now();
+  int64_t total = 0;
+  for (const auto& j : jobs) total += j->rows;
+  std::vector<Tensor> outputs;
+  std::optional<ServeError> error;
+  Clock::time_point t1 = t0, t2 = t0;
+  try {
+    std::vector<Tensor> inputs;
+    if (jobs.size() == 1) {
+      inputs = std::move(jobs[0]->inputs);
+    } else {
+      inputs = jobs[0]->inputs;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        inputs[i].shape[0] = total;
+        for (size_t k = 1; k < jobs.size(); ++k) inputs[i].bytes += jobs[k]->inputs[i].bytes;
+      }
+    }
+    t1 = Clock::now();
+    outputs = model_->run(inputs);
+    t2 = Clock::now();
+    if (jobs.size() == 1) {
+      jobs[0]->outputs = std::move(outputs);
+    } else {
+      for (auto& j : jobs) j->outputs.resize(outputs.size());
+      for (size_t o = 0; o < outputs.size(); ++o) {
+        const Tensor& t = outputs[o];
+        if (t.shape.empty() || t.shape[0] != total)
+          throw ServeError(500, "output '" + t.name + "' has shape " + shape_str(t.shape) +
+                                    ", expected the batch of " + std::to_string(total) + " rows first");
+        size_t row_bytes = total ? t.bytes.size() / static_cast<size_t>(total) : 0;
+        size_t offset = 0;
+        for (auto& j : jobs) {
+          Tensor piece;
+          piece.name = t.name;
+          piece.type = t.type;
+          piece.shape = t.shape;
+          piece.shape[0] = j->rows;
+          size_t n = row_bytes * static_cast<size_t>(j->rows);
+          piece.bytes.assign(t.bytes, offset, n);
+          offset += n;
+          j->outputs[o] = std::move(piece);
+        }
+      }
+    }
+  } catch (const ServeError& e) {
+    error = e;
+  } catch (const std::exception& e) {
+    error = ServeError(500, std::string("the scheduler failed: ") + e.what());
+  }
+  auto t3 = Clock::now();
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    ++stats_.execution_count;
+    if (!error) {
+      stats_.inference_count += static_cast<uint64_t>(total);
+      stats_.last_inference_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                           std::chrono::system_clock::now().time_since_epoch())
+                                                           .count());
+      auto& b = stats_.batch_stats[total];
+      b.compute_input.add(ns_between(t0, t1));
+      b.compute_infer.add(ns_between(t1, t2));
+      b.compute_output.add(ns_between(t2, t3));
+      for (const auto& j : jobs) {
+        stats_.queue.add(ns_between(j->enqueued, t0));
+        stats_.compute_input.add(ns_between(t0, t1));
+        stats_.compute_infer.add(ns_between(t1, t2));
+        stats_.compute_output.add(ns_between(t2, t3));
+      }
+    }
+  }
+  for (auto& j : jobs) {
+    std::lock_guard<std::mutex> jl(j->m);
+    if (error) j->error = error;
+    j->done = true;
+    j->cv.notify_all();
+  }
+}
+
+}  // namespace aotc::server

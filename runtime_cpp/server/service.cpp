@@ -1,0 +1,175 @@
+// The protocol core (service.h). Validation happens here, once, before anything is queued: the scheduler
+// and the model only ever see inputs that match the manifest. Thread-safe: no state.
+#include "service.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace aotc::server::service {
+namespace {
+
+std::string names(const std::vector<TensorInfo>& ts) {
+  std::string s;
+  for (const auto& t : ts) s += (s.empty() ? "'" : ", '") + t.name + "'";
+  return s;
+}
+
+void check_dims(const Tensor& t, const TensorInfo& spec) {
+  if (t.shape.size() != spec.shape.size())
+    throw bad_request("input '" + t.name + "' has shape " + shape_str(t.shape) + " (rank " +
+                      std::to_string(t.shape.size()) + "), the model expects rank " +
+                      std::to_string(spec.shape.size()) + " " + shape_str(spec.shape));
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    auto [lo, hi] = d < spec.ranges.size() ? spec.ranges[d] : std::make_pair(spec.shape[d], spec.shape[d]);
+    if (spec.shape[d] >= 0) lo = hi = spec.shape[d];
+    if (t.shape[d] < lo || (hi >= 0 && t.shape[d] > hi))
+      throw bad_request("input '" + t.name + "' dim " + std::to_string(d) + " is " + std::to_string(t.shape[d]) +
+                        ", the model expects " +
+                        (lo == hi ? std::to_string(lo)
+                                  : std::to_string(lo) + ".." + (hi >= 0 ? std::to_string(hi) : "")) +
+                        " (shape " + shape_str(spec.shape) + ")");
+  }
+}
+
+std::vector<Tensor> validate(const ModelInfo& info, std::vector<Tensor>& given) {
+  std::vector<Tensor> ordered(info.inputs.size());
+  std::vector<bool> seen(info.inputs.size(), false);
+  for (auto& t : given) {
+    auto it = std::find_if(info.inputs.begin(), info.inputs.end(), [&](const TensorInfo& s) { return s.name == t.name; });
+    if (it == info.inputs.end())
+      throw bad_request("unknown input '" + t.name + "'; model '" + info.name + "' takes " + names(info.inputs));
+    size_t i = static_cast<size_t>(it - info.inputs.begin());
+    if (seen[i]) throw bad_request("input '" + t.name + "' is given twice");
+    seen[i] = true;
+    if (t.type != it->type)
+      throw bad_request("input '" + t.name + "' has datatype " + wire_type_name(t.type) + ", the model expects " +
+                        wire_type_name(it->type));
+    check_dims(t, *it);
+    ordered[i] = std::move(t);
+  }
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (!seen[i]) throw bad_request("missing input '" + info.inputs[i].name + "'; model '" + info.name + "' takes " + names(info.inputs));
+  if (info.batch)
+    for (const auto& t : ordered)
+      if (t.shape[0] != ordered[0].shape[0])
+        throw bad_request("inputs '" + ordered[0].name + "' and '" + t.name + "' disagree on the batch dim (" +
+                          std::to_string(ordered[0].shape[0]) + " vs " + std::to_string(t.shape[0]) + ")");
+  return ordered;
+}
+
+}  // namespace
+
+InferResponse infer(const Repository& repo, InferRequest request) {
+  auto sched = repo.get(request.model, request.version);
+  const ModelInfo& info = sched->info();
+  std::vector<Tensor> inputs;
+  std::vector<std::pair<size_t, bool>> wanted;  // output index, binary
+  try {
+    inputs = validate(info, request.inputs);
+    std::set<std::string> asked;
+    for (const auto& o : request.outputs) {
+      auto it = std::find_if(info.outputs.begin(), info.outputs.end(), [&](const TensorInfo& s) { return s.name == o.name; });
+      if (it == info.outputs.end())
+        throw bad_request("unknown output '" + o.name + "'; model '" + info.name + "' returns " + names(info.outputs));
+      if (!asked.insert(o.name).second) throw bad_request("output '" + o.name + "' is requested twice");
+      wanted.emplace_back(it - info.outputs.begin(), o.binary.value_or(request.binary_output_default));
+    }
+  } catch (const ServeError&) {
+    sched->record_failure("REJECTED");
+    throw;
+  }
+  if (request.outputs.empty())
+    for (size_t i = 0; i < info.outputs.size(); ++i) wanted.emplace_back(i, request.binary_output_default);
+
+  std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us);
+  InferResponse r;
+  r.model_name = info.name;
+  r.model_version = info.version;
+  r.id = std::move(request.id);
+  for (auto [i, binary] : wanted) {
+    if (i >= outs.size()) throw ServeError(500, "the model returned " + std::to_string(outs.size()) + " outputs, its manifest names " + std::to_string(info.outputs.size()));
+    OutputTensor o;
+    o.tensor = std::move(outs[i]);
+    o.tensor.name = info.outputs[i].name;
+    // FP16/BF16/BYTES have no JSON form here: they always travel binary.
+    o.binary = binary || o.tensor.type == WireType::FP16 || o.tensor.type == WireType::BF16;
+    r.outputs.push_back(std::move(o));
+  }
+  return r;
+}
+
+InferRequest raw_request(const Repository& repo, const std::string& model, const std::string& version,
+                         std::string body) {
+  auto sched = repo.get(model, version);
+  const ModelInfo& info = sched->info();
+  if (info.inputs.size() != 1)
+    throw bad_request("Inference-Header-Content-Length: 0 sends one raw tensor, but model '" + model + "' takes " +
+                      std::to_string(info.inputs.size()) + " inputs");
+  const TensorInfo& spec = info.inputs[0];
+  Tensor t;
+  t.name = spec.name;
+  t.type = spec.type;
+  t.shape = spec.shape;
+  uint64_t fixed = wire_type_size(spec.type);
+  int dynamic = -1;
+  for (size_t d = 0; d < spec.shape.size(); ++d) {
+    if (spec.shape[d] >= 0) fixed *= static_cast<uint64_t>(spec.shape[d]);
+    else if (dynamic >= 0) throw bad_request("a raw binary body needs at most one dynamic dim; input '" + spec.name + "' has several");
+    else dynamic = static_cast<int>(d);
+  }
+  if (fixed == 0 || body.size() % fixed != 0 || (dynamic < 0 && body.size() != fixed))
+    throw bad_request("a raw body of " + std::to_string(body.size()) + " bytes does not fit input '" + spec.name +
+                      "' of shape " + shape_str(spec.shape) + " " + wire_type_name(spec.type));
+  if (dynamic >= 0) t.shape[static_cast<size_t>(dynamic)] = static_cast<int64_t>(body.size() / fixed);
+  t.bytes = std::move(body);
+  InferRequest r;
+  r.model = model;
+  r.version = version;
+  r.inputs.push_back(std::move(t));
+  r.binary_output_default = true;
+  return r;
+}
+
+std::string metrics_text(const Repository& repo) {
+  auto stats_of = repo.schedulers();
+  std::vector<ModelStats> all;
+  for (const auto& s : stats_of) all.push_back(s->stats());
+  std::ostringstream out;
+  auto family = [&](const char* name, const char* type, const char* help, auto value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+    for (const auto& s : all)
+      out << name << "{model=\"" << s.name << "\",version=\"" << s.version << "\"} " << value(s) << "\n";
+  };
+  family("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes",
+         [](const ModelStats& s) { return s.success.count; });
+  out << "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes\n"
+         "# TYPE nv_inference_request_failure counter\n";
+  for (const auto& s : all)
+    for (const char* reason : {"REJECTED", "CANCELED", "BACKEND", "OTHER"}) {
+      auto it = s.failures_by_reason.find(reason);
+      out << "nv_inference_request_failure{model=\"" << s.name << "\",reason=\"" << reason << "\",version=\""
+          << s.version << "\"} " << (it == s.failures_by_reason.end() ? 0 : it->second) << "\n";
+    }
+  family("nv_inference_count", "counter", "Number of inferences performed (does not include cached requests)",
+         [](const ModelStats& s) { return s.inference_count; });
+  family("nv_inference_exec_count", "counter", "Number of model executions performed",
+         [](const ModelStats& s) { return s.execution_count; });
+  family("nv_inference_pending_request_count", "gauge", "Instantaneous number of pending requests awaiting execution per-model.",
+         [](const ModelStats& s) { return s.pending; });
+  family("nv_inference_request_duration_us", "counter", "Cumulative inference request duration in microseconds",
+         [](const ModelStats& s) { return (s.success.ns + s.fail.ns) / 1000; });
+  family("nv_inference_queue_duration_us", "counter", "Cumulative inference queuing duration in microseconds",
+         [](const ModelStats& s) { return s.queue.ns / 1000; });
+  family("nv_inference_compute_input_duration_us", "counter", "Cumulative compute input duration in microseconds",
+         [](const ModelStats& s) { return s.compute_input.ns / 1000; });
+  family("nv_inference_compute_infer_duration_us", "counter", "Cumulative compute inference duration in microseconds",
+         [](const ModelStats& s) { return s.compute_infer.ns / 1000; });
+  family("nv_inference_compute_output_duration_us", "counter", "Cumulative inference compute output duration in microseconds",
+         [](const ModelStats& s) { return s.compute_output.ns / 1000; });
+  family("nv_model_load_duration_secs", "gauge", "Model load time in seconds",
+         [](const ModelStats& s) { return s.load_seconds; });
+  return out.str();
+}
+
+}  // namespace aotc::server::service

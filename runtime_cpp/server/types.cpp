@@ -1,0 +1,70 @@
+// Datatype tables and shape helpers for aotc-server's native types (types.h). Pure functions; thread-safe.
+#include "types.h"
+
+#include <limits>
+
+namespace aotc::server {
+namespace {
+
+struct TypeRow {
+  WireType type;
+  const char* name;
+  const char* triton;
+  const char* manifest;  // nullptr when no package dtype maps to it
+  size_t size;
+};
+
+constexpr TypeRow kTypes[] = {
+    {WireType::BOOL, "BOOL", "TYPE_BOOL", "bool", 1},
+    {WireType::UINT8, "UINT8", "TYPE_UINT8", "uint8", 1},
+    {WireType::UINT16, "UINT16", "TYPE_UINT16", nullptr, 2},
+    {WireType::UINT32, "UINT32", "TYPE_UINT32", nullptr, 4},
+    {WireType::UINT64, "UINT64", "TYPE_UINT64", nullptr, 8},
+    {WireType::INT8, "INT8", "TYPE_INT8", "int8", 1},
+    {WireType::INT16, "INT16", "TYPE_INT16", "int16", 2},
+    {WireType::INT32, "INT32", "TYPE_INT32", "int32", 4},
+    {WireType::INT64, "INT64", "TYPE_INT64", "int64", 8},
+    {WireType::FP16, "FP16", "TYPE_FP16", "float16", 2},
+    {WireType::BF16, "BF16", "TYPE_BF16", "bfloat16", 2},
+    {WireType::FP32, "FP32", "TYPE_FP32", "float32", 4},
+    {WireType::FP64, "FP64", "TYPE_FP64", "float64", 8},
+    {WireType::BYTES, "BYTES", "TYPE_STRING", nullptr, 0},
+};
+
+const TypeRow& row(WireType t) { return kTypes[static_cast<int>(t)]; }
+
+}  // namespace
+
+std::optional<WireType> wire_type_from_name(const std::string& name) {
+  for (const auto& r : kTypes)
+    if (name == r.name) return r.type;
+  return std::nullopt;
+}
+
+const char* wire_type_name(WireType t) { return row(t).name; }
+const char* triton_type_name(WireType t) { return row(t).triton; }
+size_t wire_type_size(WireType t) { return row(t).size; }
+
+std::optional<WireType> wire_type_from_manifest(const std::string& dtype) {
+  for (const auto& r : kTypes)
+    if (r.manifest && dtype == r.manifest) return r.type;
+  return std::nullopt;
+}
+
+std::optional<uint64_t> element_count(const std::vector<int64_t>& shape, uint64_t limit) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    if (d != 0 && n > limit / static_cast<uint64_t>(d)) return std::nullopt;
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace aotc::server

@@ -1,0 +1,147 @@
+// aotc-server's native request/response types: what the HTTP edge parses into and what the core answers with.
+//
+// Plain data, no JSON and no HTTP: the codec (codec.cpp) converts between these and the wire, the service
+// (service.cpp) works on them. Copyable values; no thread-safety of their own (one thread owns each value).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace aotc::server {
+
+using Clock = std::chrono::steady_clock;
+
+// An error the server answers with its own HTTP status and a one-line message.
+class ServeError : public std::runtime_error {
+ public:
+  ServeError(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+inline ServeError bad_request(const std::string& m) { return ServeError(400, m); }
+inline ServeError not_found(const std::string& m) { return ServeError(404, m); }
+inline ServeError unavailable(const std::string& m) { return ServeError(503, m); }
+
+// The Open Inference Protocol's datatypes.
+enum class WireType { BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64, BYTES };
+
+std::optional<WireType> wire_type_from_name(const std::string& name);  // "FP32" -> FP32; nullopt if unknown
+const char* wire_type_name(WireType t);                                // FP32 -> "FP32"
+const char* triton_type_name(WireType t);                              // FP32 -> "TYPE_FP32"
+size_t wire_type_size(WireType t);                                     // bytes per element; 0 for BYTES
+std::optional<WireType> wire_type_from_manifest(const std::string& dtype);  // "float32" -> FP32
+
+// Element count of `shape`, or nullopt when a dim is negative or the product overflows `limit`.
+std::optional<uint64_t> element_count(const std::vector<int64_t>& shape, uint64_t limit);
+std::string shape_str(const std::vector<int64_t>& shape);  // "[1, 512]"
+
+// A tensor as bytes: row-major, little-endian, no padding. Owns its bytes.
+struct Tensor {
+  std::string name;
+  WireType type = WireType::FP32;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+struct TensorInfo {
+  std::string name;
+  WireType type = WireType::FP32;
+  std::vector<int64_t> shape;                       // -1 for a dynamic dim
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // inclusive [min, max]; max -1 = unbounded
+};
+
+// What the server knows about one loaded model version (taken from its manifest).
+struct ModelInfo {
+  std::string name;
+  std::string version;
+  std::string device;
+  std::vector<TensorInfo> inputs;
+  std::vector<TensorInfo> outputs;
+  std::optional<std::pair<int64_t, int64_t>> batch;  // the shared dynamic batch dim's [min, max]
+};
+
+// DIR/<model>/config.json, with defaults filled in from the manifest by the repository.
+struct ModelConfig {
+  int64_t max_batch_size = -1;             // 0 turns dynamic batching off; -1 = default from the manifest
+  int64_t max_queue_delay_us = 0;          // how long a batch may wait for more requests
+  std::vector<int64_t> preferred_batch_sizes;
+  int64_t num_runners = 1;                 // model calls that may run at once
+  int64_t max_queue_size = 4096;           // queued requests beyond this get 503
+};
+
+// ---- inference ----
+struct RequestedOutput {
+  std::string name;
+  std::optional<bool> binary;  // per-output binary_data; nullopt = request default
+};
+
+struct InferRequest {
+  std::string model;
+  std::string version;                   // "" = the default version
+  std::optional<std::string> id;
+  std::vector<Tensor> inputs;
+  std::vector<RequestedOutput> outputs;  // empty = all outputs
+  bool binary_output_default = false;    // request parameter binary_data_output
+  std::optional<int64_t> timeout_us;     // reserved parameter `timeout`
+};
+
+struct OutputTensor {
+  Tensor tensor;
+  bool binary = false;
+};
+
+struct InferResponse {
+  std::string model_name;
+  std::string model_version;
+  std::optional<std::string> id;
+  std::vector<OutputTensor> outputs;
+};
+
+// ---- statistics (statistics extension + Prometheus metrics) ----
+struct Duration {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+  void add(uint64_t n) { ++count; ns += n; }
+};
+
+struct BatchStats {
+  Duration compute_input, compute_infer, compute_output;
+};
+
+struct ModelStats {
+  std::string name;
+  std::string version;
+  uint64_t last_inference_ms = 0;          // ms since the epoch
+  uint64_t inference_count = 0;            // rows inferred (sum of request batch sizes)
+  uint64_t execution_count = 0;            // model calls
+  Duration success, fail, queue, compute_input, compute_infer, compute_output;
+  std::map<std::string, uint64_t> failures_by_reason;  // REJECTED, CANCELED, BACKEND, OTHER
+  std::map<int64_t, BatchStats> batch_stats;           // keyed by the batch size run
+  uint64_t pending = 0;                    // queued + executing requests now
+  double load_seconds = 0;
+};
+
+// ---- repository ----
+struct VersionState {
+  std::string name;
+  std::string version;
+  std::string state;   // READY, UNAVAILABLE, LOADING
+  std::string reason;  // why not READY
+};
+
+struct ServerInfo {
+  std::string name = "aotc-server";
+  std::string version;
+  std::vector<std::string> extensions;
+};
+
+}  // namespace aotc::server

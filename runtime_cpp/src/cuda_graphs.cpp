@@ -1,0 +1,298 @@
+// CudaExecutor: pinned host<->device copies on a stream per runner, and CUDA graphs per batch bucket.
+// See cuda_graphs.h for ownership, blocking and thread-safety. CUDA builds only (AOTC_WITH_CUDA).
+#include "cuda_graphs.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+namespace aotc::cuda {
+
+namespace {
+
+bool all_static(const TensorSpec& spec, size_t first_dim) {
+  for (size_t d = first_dim; d < spec.ranges.size(); ++d) {
+    if (spec.ranges[d].first != spec.ranges[d].second) return false;
+  }
+  return true;
+}
+
+// Graphs need static buffers: every dim static, except the shared batch dim when there is one.
+bool shapes_allow_graphs(const Manifest& m) {
+  const size_t first = m.batch ? 1 : 0;
+  for (const auto& s : m.inputs) {
+    if (!all_static(s, first)) return false;
+  }
+  for (const auto& s : m.outputs) {
+    if (!all_static(s, first)) return false;
+  }
+  return true;
+}
+
+// Shape of a buffer for `spec` with dim 0 set to `batch` (batch < 0: the spec's static shape).
+std::vector<int64_t> buffer_shape(const TensorSpec& spec, int64_t batch) {
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < spec.ranges.size(); ++d) shape.push_back(spec.ranges[d].first);
+  if (batch >= 0 && !shape.empty()) shape[0] = batch;
+  return shape;
+}
+
+int arch_number(const std::string& arch, const std::string& prefix) {
+  // "sm_90" / "sm_90a" -> 90; anything else -> -1
+  if (arch.rfind(prefix, 0) != 0) return -1;
+  int n = 0;
+  size_t i = prefix.size();
+  if (i >= arch.size() || !isdigit(static_cast<unsigned char>(arch[i]))) return -1;
+  while (i < arch.size() && isdigit(static_cast<unsigned char>(arch[i]))) n = n * 10 + (arch[i++] - '0');
+  return n;
+}
+
+}  // namespace
+
+std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch) {
+  std::vector<int64_t> out;
+  for (int64_t b = 1; b < max_batch; b *= 2) {
+    if (b >= min_batch) out.push_back(b);
+  }
+  out.push_back(max_batch);
+  return out;
+}
+
+std::string device_arch(int device_index) {
+  const int count = static_cast<int>(c10::cuda::device_count());
+  if (count == 0) throw Error(Error::Kind::PackageRefused, "package is for CUDA, but no CUDA device is visible");
+  if (device_index < 0) device_index = c10::cuda::current_device();
+  if (device_index >= count) {
+    throw Error(Error::Kind::PackageRefused, "CUDA device " + std::to_string(device_index) +
+                                                 " does not exist; this machine has " + std::to_string(count));
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index) != cudaSuccess) {
+    throw Error(Error::Kind::PackageRefused, "cannot read the compute capability of CUDA device " +
+                                                 std::to_string(device_index));
+  }
+  return "sm_" + std::to_string(major * 10 + minor);
+}
+
+std::optional<std::string> why_cannot_run_on_device(const Manifest& manifest, int device_index) {
+  std::string arch;
+  try {
+    arch = device_arch(device_index);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  const int have = arch_number(arch, "sm_");
+  std::string listed;
+  for (const auto& a : manifest.cuda_arch) {
+    listed += (listed.empty() ? "" : ", ") + a;
+    if (arch_number(a, "sm_") == have) return std::nullopt;              // cubin for this arch
+    const int ptx = arch_number(a, "compute_");
+    if (ptx >= 0 && ptx <= have) return std::nullopt;                    // PTX the driver can compile
+  }
+  if (manifest.cuda_arch.empty()) return std::nullopt;                   // the package does not say
+  return "package was built for CUDA arch [" + listed + "], this GPU (device " +
+         std::to_string(device_index < 0 ? c10::cuda::current_device() : device_index) + ") is " + arch +
+         "; export it again on this GPU";
+}
+
+// One graph captured at one bucket: static device inputs the graph reads, static device outputs it writes,
+// and pinned host staging for the inputs (reused; safe because run() syncs the stream before returning).
+struct CudaExecutor::Graph {
+  at::cuda::CUDAGraph graph;
+  std::vector<at::Tensor> static_inputs;
+  std::vector<at::Tensor> staging;
+  std::vector<at::Tensor> static_outputs;
+};
+
+struct CudaExecutor::Runner {
+  explicit Runner(c10::cuda::CUDAStream s) : stream(s) {}
+  c10::cuda::CUDAStream stream;
+  std::map<int64_t, std::unique_ptr<Graph>> graphs;  // bucket (or -1: the one static shape) -> graph
+};
+
+CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& manifest, const CudaOptions& options)
+    : manifest_(manifest) {
+  if (auto why = why_cannot_run_on_device(manifest, options.device_index)) {
+    throw Error(Error::Kind::PackageRefused, *why);
+  }
+  device_index_ = options.device_index < 0 ? c10::cuda::current_device() : options.device_index;
+  const char* env = std::getenv("AOTC_CUDA_GRAPHS");  // "0": off for every session of the process
+  graphs_ = options.graphs && !(env && std::string(env) == "0") && shapes_allow_graphs(manifest);
+  if (graphs_ && manifest.batch) buckets_ = batch_buckets(manifest.batch->first, manifest.batch->second);
+  const size_t n = std::max<size_t>(1, options.num_runners);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index_));
+  try {
+    // With graphs the model runs single-threaded (one model instance, no CUDA events): runners share it
+    // only for warm-up and capture, under loader_mu_. Without graphs the loader keeps n model instances.
+    loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        package_path, "model", /*run_single_threaded=*/graphs_, graphs_ ? 1 : n,
+        static_cast<c10::DeviceIndex>(device_index_));
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find('\n'));
+    throw Error(Error::Kind::PackageRefused, "the AOTInductor loader failed on CUDA device " +
+                                                 std::to_string(device_index_) + ": " + msg);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    runners_.push_back(std::make_unique<Runner>(
+        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index_))));
+    free_.push_back(runners_.back().get());
+  }
+}
+
+CudaExecutor::~CudaExecutor() {
+  // Graphs and their pools go before the loader whose constants they read.
+  runners_.clear();
+  loader_.reset();
+}
+
+CudaExecutor::Runner& CudaExecutor::acquire() {
+  std::unique_lock<std::mutex> lk(free_mu_);
+  free_cv_.wait(lk, [this] { return !free_.empty(); });
+  Runner* r = free_.back();
+  free_.pop_back();
+  return *r;
+}
+
+void CudaExecutor::release(Runner& runner) {
+  {
+    std::lock_guard<std::mutex> lk(free_mu_);
+    free_.push_back(&runner);
+  }
+  free_cv_.notify_one();
+}
+
+std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs) {
+  Runner& runner = acquire();
+  struct Release {
+    CudaExecutor* self;
+    Runner* r;
+    ~Release() { self->release(*r); }
+  } release_on_exit{this, &runner};
+  c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_index_));
+  c10::cuda::CUDAStreamGuard stream_guard(runner.stream);
+  return graphs_ ? run_graph(runner, inputs) : run_eager(runner, inputs);
+}
+
+namespace {
+
+bool on_device(const std::vector<at::Tensor>& inputs) {
+  return !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_cuda(); });
+}
+
+// A device tensor's contents in freshly allocated pinned host memory, copied on the current stream.
+at::Tensor to_host_async(const at::Tensor& src) {
+  at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(src, /*non_blocking=*/true);
+  return host;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vector<at::Tensor>& inputs) {
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index_));
+  const bool device_io = on_device(inputs);
+  std::vector<at::Tensor> dev;
+  dev.reserve(inputs.size());
+  for (const auto& x : inputs) {
+    if (x.is_cuda()) {
+      dev.push_back(x.to(device));
+      continue;
+    }
+    at::Tensor pinned = x;
+    if (!x.is_pinned()) {
+      pinned = at::empty(x.sizes(), x.options().pinned_memory(true));
+      pinned.copy_(x);
+    }
+    dev.push_back(pinned.to(device, /*non_blocking=*/true));
+  }
+  std::vector<at::Tensor> outs = loader_->run(dev, runner.stream.stream());
+  if (!device_io) {
+    for (auto& o : outs) o = to_host_async(o);
+  }
+  runner.stream.synchronize();
+  return outs;
+}
+
+CudaExecutor::Graph& CudaExecutor::graph_for(Runner& runner, int64_t bucket) {
+  auto it = runner.graphs.find(bucket);
+  if (it != runner.graphs.end()) return *it->second;
+
+  auto g = std::make_unique<Graph>();
+  const auto dev_opts = at::TensorOptions().device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index_));
+  for (const auto& spec : manifest_.inputs) {
+    const auto shape = buffer_shape(spec, bucket);
+    const auto dtype = to_scalar_type(spec.dtype);
+    // Zeros, so padding rows never hold NaN before the first request that fills them.
+    g->static_inputs.push_back(at::zeros(shape, dev_opts.dtype(dtype)));
+    g->staging.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(true)));
+  }
+  {
+    std::lock_guard<std::mutex> lk(loader_mu_);
+    // Warm-up at this shape on the capture stream: lazy kernel loading and library workspaces happen
+    // here, outside the capture.
+    loader_->run(g->static_inputs, runner.stream.stream());
+    runner.stream.synchronize();
+    // Thread-local mode: other runners' threads may keep working (and allocating) during this capture.
+    g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      g->static_outputs = loader_->run(g->static_inputs, runner.stream.stream());
+    } catch (...) {
+      try {
+        g->graph.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    g->graph.capture_end();
+  }
+  return *runner.graphs.emplace(bucket, std::move(g)).first->second;
+}
+
+std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vector<at::Tensor>& inputs) {
+  const bool batched = manifest_.batch.has_value();
+  const int64_t n = batched ? inputs.at(0).size(0) : -1;
+  int64_t bucket = -1;
+  if (batched) {
+    auto it = std::lower_bound(buckets_.begin(), buckets_.end(), n);
+    if (it == buckets_.end()) {
+      throw Error(Error::Kind::InvalidInput, "batch " + std::to_string(n) + " is above the package's maximum " +
+                                                 std::to_string(buckets_.back()));
+    }
+    bucket = *it;
+  }
+  Graph& g = graph_for(runner, bucket);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor dst = batched ? g.static_inputs[i].narrow(0, 0, n) : g.static_inputs[i];
+    if (inputs[i].is_cuda()) {
+      dst.copy_(inputs[i], /*non_blocking=*/true);
+    } else {
+      at::Tensor stage = batched ? g.staging[i].narrow(0, 0, n) : g.staging[i];
+      stage.copy_(inputs[i]);
+      dst.copy_(stage, /*non_blocking=*/true);
+    }
+  }
+  g.graph.replay();
+  const bool device_io = on_device(inputs);
+  std::vector<at::Tensor> outs;
+  outs.reserve(g.static_outputs.size());
+  for (const auto& o : g.static_outputs) {
+    at::Tensor src = batched ? o.narrow(0, 0, n) : o;
+    // The static outputs are overwritten by the next replay: hand out copies.
+    outs.push_back(device_io ? src.clone() : to_host_async(src));
+  }
+  runner.stream.synchronize();
+  return outs;
+}
+
+}  // namespace aotc::cuda

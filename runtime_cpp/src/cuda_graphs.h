@@ -1,0 +1,91 @@
+// CUDA execution of a CUDA package: host inputs go to the device through pinned memory on a stream per
+// runner, outputs come back the same way, and (optionally) one CUDA graph per batch bucket is captured on
+// first use and replayed after. Compiled only when the libtorch found by CMake has CUDA (AOTC_WITH_CUDA).
+//
+// Ownership: a CudaExecutor owns its AOTIModelPackageLoader, its streams and its graphs; inputs passed to
+// run() are borrowed for the call; returned tensors are owned by the caller (pinned host memory for host
+// inputs, device memory for device inputs).
+// Blocking: the constructor loads the model (seconds); the first call at a new bucket captures a graph
+// (milliseconds); run() returns after one synchronization of its runner's stream.
+// Thread-safety: run() may be called from any number of threads; at most num_runners calls run at once,
+// each on its own runner (stream, graphs, static buffers). Not a validator: inputs must already have been
+// checked against the manifest (aotc::validate_inputs) and be contiguous.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "aotc/runtime.h"
+
+namespace torch::inductor {
+class AOTIModelPackageLoader;
+}
+
+namespace aotc::cuda {
+
+struct CudaOptions {
+  int device_index = -1;     // -1: the current CUDA device
+  size_t num_runners = 1;    // concurrent calls, each with its own stream and graphs
+  bool graphs = true;        // capture/replay CUDA graphs where the package's shapes allow it
+};
+
+// The batch sizes graphs are captured for: every power of two in [min, max], plus max itself.
+// A request of batch n runs in the smallest bucket >= n, padded.
+std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch);
+
+// The architecture of a CUDA device as the manifest spells it, e.g. "sm_90". Throws Error(PackageRefused)
+// when there is no such device.
+std::string device_arch(int device_index);
+
+// Why a CUDA package cannot run on `device_index` (no CUDA device, or its arch not among the package's
+// cuda_arch; "compute_XY" entries are PTX and accept any arch >= XY), or std::nullopt when it can.
+std::optional<std::string> why_cannot_run_on_device(const Manifest& manifest, int device_index);
+
+class CudaExecutor {
+ public:
+  // Checks the device and its arch, then loads the package. Throws Error(PackageRefused) with one line.
+  CudaExecutor(const std::string& package_path, const Manifest& manifest, const CudaOptions& options);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // Runs validated, contiguous inputs (all on the host, or all on this executor's device).
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
+
+  // Batch buckets graphs are captured for; empty when graphs are off or the shapes do not allow them
+  // (a dynamic dim other than the shared batch dim). With graphs on and no batch dim, one graph is used.
+  const std::vector<int64_t>& buckets() const { return buckets_; }
+  bool graphs_enabled() const { return graphs_; }
+  int device_index() const { return device_index_; }
+
+ private:
+  struct Runner;
+  struct Graph;
+  Runner& acquire();
+  void release(Runner& runner);
+  std::vector<at::Tensor> run_eager(Runner& runner, const std::vector<at::Tensor>& inputs);
+  std::vector<at::Tensor> run_graph(Runner& runner, const std::vector<at::Tensor>& inputs);
+  Graph& graph_for(Runner& runner, int64_t bucket);
+
+  Manifest manifest_;
+  int device_index_ = 0;
+  bool graphs_ = false;
+  std::vector<int64_t> buckets_;
+  // With graphs on, the loader runs single-threaded (no per-call CUDA events, which a capture forbids);
+  // every call into it (warm-up and capture) holds loader_mu_. Replays never touch the loader.
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
+  std::mutex loader_mu_;
+  std::vector<std::unique_ptr<Runner>> runners_;
+  std::vector<Runner*> free_;
+  std::mutex free_mu_;
+  std::condition_variable free_cv_;
+};
+
+}  // namespace aotc::cuda

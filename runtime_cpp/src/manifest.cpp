@@ -1,0 +1,170 @@
+// Parses the aotc manifest (docs/manifest.md) into the native Manifest struct with RapidJSON.
+// Every missing or mistyped field is refused with one line naming it; unknown fields are ignored.
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include "aotc/runtime.h"
+
+namespace aotc {
+namespace {
+
+using rapidjson::Value;
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw Error(Error::Kind::PackageRefused, "manifest: " + what);
+}
+
+const Value& member(const Value& obj, const char* key, const std::string& where) {
+  auto it = obj.FindMember(key);
+  if (it == obj.MemberEnd()) refuse(where + "'" + key + "' is missing");
+  return it->value;
+}
+
+std::string get_string(const Value& obj, const char* key, const std::string& where = "") {
+  const Value& v = member(obj, key, where);
+  if (!v.IsString()) refuse(where + "'" + key + "' must be a string");
+  return std::string(v.GetString(), v.GetStringLength());
+}
+
+int64_t as_int(const Value& v, const std::string& what) {
+  if (!v.IsInt64()) refuse(what + " must be an integer");
+  return v.GetInt64();
+}
+
+double get_number(const Value& obj, const char* key, const std::string& where) {
+  const Value& v = member(obj, key, where);
+  if (!v.IsNumber()) refuse(where + "'" + key + "' must be a number");
+  return v.GetDouble();
+}
+
+const Value& get_array(const Value& obj, const char* key, const std::string& where = "") {
+  const Value& v = member(obj, key, where);
+  if (!v.IsArray()) refuse(where + "'" + key + "' must be a list");
+  return v;
+}
+
+std::vector<std::string> string_list(const Value& arr, const std::string& what) {
+  std::vector<std::string> out;
+  for (const auto& v : arr.GetArray()) {
+    if (!v.IsString()) refuse(what + " must hold strings");
+    out.emplace_back(v.GetString(), v.GetStringLength());
+  }
+  return out;
+}
+
+TensorSpec parse_spec(const Value& v, const std::string& where) {
+  if (!v.IsObject()) refuse(where + " must be an object");
+  const std::string at = where + ": ";
+  TensorSpec spec;
+  spec.name = get_string(v, "name", at);
+  std::string dtype = get_string(v, "dtype", at);
+  try {
+    spec.dtype = dtype_from_name(dtype);
+  } catch (const Error& e) {
+    refuse(at + e.what());
+  }
+  for (const auto& d : get_array(v, "shape", at).GetArray()) {
+    int64_t n = as_int(d, at + "shape entries");
+    if (n < -1) refuse(at + "shape has " + std::to_string(n) + ", expected -1 (dynamic) or a size >= 0");
+    spec.shape.push_back(n);
+  }
+  const Value& ranges = get_array(v, "ranges", at);
+  if (ranges.Size() != spec.shape.size()) {
+    refuse(at + "'ranges' has " + std::to_string(ranges.Size()) + " entries for " +
+           std::to_string(spec.shape.size()) + " dims");
+  }
+  for (rapidjson::SizeType i = 0; i < ranges.Size(); ++i) {
+    const Value& r = ranges[i];
+    if (!r.IsArray() || r.Size() != 2) refuse(at + "ranges[" + std::to_string(i) + "] must be [min, max]");
+    int64_t lo = as_int(r[0], at + "ranges"), hi = as_int(r[1], at + "ranges");
+    int64_t dim = spec.shape[i];
+    bool unknown = lo == 0 && hi == -1;
+    if (dim >= 0 && (lo != dim || hi != dim)) {
+      refuse(at + "static dim " + std::to_string(i) + " is " + std::to_string(dim) + " but its range is [" +
+             std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    if (!unknown && (lo < 0 || hi < lo)) {
+      refuse(at + "ranges[" + std::to_string(i) + "] = [" + std::to_string(lo) + ", " + std::to_string(hi) +
+             "] is empty");
+    }
+    spec.ranges.emplace_back(lo, hi);
+  }
+  return spec;
+}
+
+}  // namespace
+
+Manifest parse_manifest(const std::string& json) {
+  rapidjson::Document doc;
+  doc.Parse(json.data(), json.size());
+  if (doc.HasParseError()) {
+    refuse(std::string("not valid JSON at offset ") + std::to_string(doc.GetErrorOffset()) + ": " +
+           rapidjson::GetParseError_En(doc.GetParseError()));
+  }
+  if (!doc.IsObject()) refuse("expected a JSON object");
+  Manifest m;
+  m.raw_json = json;
+  m.format = get_string(doc, "format");
+  if (m.format != "aotc/1") refuse("format is '" + m.format + "', this runtime reads 'aotc/1'");
+  m.aotc_version = get_string(doc, "aotc_version");
+  m.name = get_string(doc, "name");
+  m.torch_version = get_string(doc, "torch_version");
+  m.device = get_string(doc, "device");
+  if (m.device != "cpu" && m.device != "cuda") refuse("device is '" + m.device + "', expected 'cpu' or 'cuda'");
+  auto isa = doc.FindMember("cpu_isa");
+  if (isa != doc.MemberEnd() && !isa->value.IsNull()) m.cpu_isa = get_string(doc, "cpu_isa");
+  auto arch = doc.FindMember("cuda_arch");
+  if (arch != doc.MemberEnd() && !arch->value.IsNull()) {
+    m.cuda_arch = string_list(get_array(doc, "cuda_arch"), "'cuda_arch'");
+  }
+  const Value& inputs = get_array(doc, "inputs");
+  for (rapidjson::SizeType i = 0; i < inputs.Size(); ++i) {
+    m.inputs.push_back(parse_spec(inputs[i], "inputs[" + std::to_string(i) + "]"));
+  }
+  const Value& outputs = get_array(doc, "outputs");
+  for (rapidjson::SizeType i = 0; i < outputs.Size(); ++i) {
+    m.outputs.push_back(parse_spec(outputs[i], "outputs[" + std::to_string(i) + "]"));
+  }
+  if (m.inputs.empty()) refuse("'inputs' is empty");
+  if (m.outputs.empty()) refuse("'outputs' is empty");
+  auto batch = doc.FindMember("batch");
+  if (batch != doc.MemberEnd() && !batch->value.IsNull()) {
+    if (!batch->value.IsObject()) refuse("'batch' must be an object or null");
+    int64_t lo = as_int(member(batch->value, "min", "batch: "), "batch.min");
+    int64_t hi = as_int(member(batch->value, "max", "batch: "), "batch.max");
+    if (lo < 0 || hi < lo) refuse("batch [" + std::to_string(lo) + ", " + std::to_string(hi) + "] is empty");
+    m.batch = std::make_pair(lo, hi);
+  }
+  const Value& tol = member(doc, "tolerance", "");
+  if (!tol.IsObject()) refuse("'tolerance' must be an object");
+  m.atol = get_number(tol, "atol", "tolerance: ");
+  m.rtol = get_number(tol, "rtol", "tolerance: ");
+  const Value& hashes = member(doc, "files_sha256", "");
+  if (!hashes.IsObject()) refuse("'files_sha256' must be an object");
+  for (const auto& kv : hashes.GetObject()) {
+    std::string key(kv.name.GetString(), kv.name.GetStringLength());
+    if (!kv.value.IsString() || kv.value.GetStringLength() != 64) {
+      refuse("files_sha256['" + key + "'] must be 64 hex characters");
+    }
+    m.files_sha256.emplace_back(key, std::string(kv.value.GetString(), kv.value.GetStringLength()));
+  }
+  const Value& samples = get_array(doc, "samples");
+  for (rapidjson::SizeType i = 0; i < samples.Size(); ++i) {
+    const Value& s = samples[i];
+    const std::string at = "samples[" + std::to_string(i) + "]: ";
+    if (!s.IsObject()) refuse(at + "must be an object");
+    SampleFiles files;
+    files.inputs = string_list(get_array(s, "inputs", at), at + "'inputs'");
+    files.outputs = string_list(get_array(s, "outputs", at), at + "'outputs'");
+    if (files.inputs.size() != m.inputs.size() || files.outputs.size() != m.outputs.size()) {
+      refuse(at + "has " + std::to_string(files.inputs.size()) + " inputs and " +
+             std::to_string(files.outputs.size()) + " outputs, the model has " + std::to_string(m.inputs.size()) +
+             " and " + std::to_string(m.outputs.size()));
+    }
+    m.samples.push_back(std::move(files));
+  }
+  if (m.samples.empty()) refuse("'samples' is empty, expected at least one");
+  return m;
+}
+
+}  // namespace aotc

@@ -1,0 +1,209 @@
+// Session: verify a package, load it with AOTIModelPackageLoader, validate and run. See aotc/runtime.h.
+//
+// Verification happens on a private copy: the package is copied into a fresh 0700 temp directory, its
+// manifest and every .so hash are checked there, and that same copy is what the loader opens, so a file
+// swapped after the check is never loaded. Concurrency: AOTIModelContainer keeps `num_runners` model
+// instances and makes a caller wait until one is free (model_container.h, get_available_model), so
+// run() needs no lock of its own.
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include "aotc/npy.h"
+#include "aotc/runtime.h"
+#include "archive.h"
+#ifdef AOTC_WITH_CUDA
+#include "cuda_graphs.h"  // CUDA packages run through CudaExecutor (pinned copies, stream per runner, graphs)
+#endif
+
+namespace aotc {
+namespace fs = std::filesystem;
+namespace {
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+[[noreturn]] void refuse(const std::string& path, const std::string& why) {
+  throw Error(Error::Kind::PackageRefused, "package '" + path + "' refused: " + why);
+}
+
+// A private directory removed with everything in it when this goes out of scope.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "aotc-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      throw Error(Error::Kind::Internal, "cannot create a temporary directory under " + fs::temp_directory_path().string());
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Every listed file must match its hash and every .so in the archive must be listed.
+void verify_hashes(Archive& archive, const Manifest& m, const std::string& shown_path) {
+  std::set<std::string> listed;
+  for (const auto& [name, want] : m.files_sha256) {
+    if (!archive.has(name)) refuse(shown_path, "manifest lists '" + name + "' but the archive has no such file");
+    std::string got = archive.sha256(name);
+    if (got != want) {
+      refuse(shown_path, "sha256 of '" + name + "' is " + got + ", the manifest says " + want +
+                             " (the file was modified after export)");
+    }
+    listed.insert(name);
+  }
+  for (const auto& name : archive.records()) {
+    if ((ends_with(name, ".so") || name.find(".so.") != std::string::npos) && !listed.count(name)) {
+      refuse(shown_path, "'" + name + "' is a shared object the manifest does not list in files_sha256");
+    }
+  }
+}
+
+}  // namespace
+
+struct Session::Impl {
+  std::string path;
+  Manifest manifest;
+  c10::Device device = c10::kCPU;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+#ifdef AOTC_WITH_CUDA
+  std::unique_ptr<cuda::CudaExecutor> cuda;  // set instead of `loader` for a CUDA package
+#endif
+};
+
+Session::Session() : impl_(new Impl) {}
+Session::~Session() = default;
+
+std::unique_ptr<Session> Session::open(const std::string& package_path, const SessionOptions& options) {
+  if (options.num_runners == 0) {
+    throw Error(Error::Kind::InvalidInput, "num_runners is 0, expected at least 1");
+  }
+  std::unique_ptr<Session> s(new Session);
+  s->impl_->path = package_path;
+  std::error_code ec;
+  if (!fs::is_regular_file(package_path, ec)) {
+    throw Error(Error::Kind::NotFound, "package '" + package_path + "' does not exist or is not a file");
+  }
+
+  std::unique_ptr<TempDir> tmp;
+  std::string load_path = package_path;
+  if (options.verify_hashes) {
+    tmp = std::make_unique<TempDir>();
+    load_path = (tmp->path() / fs::path(package_path).filename()).string();
+    fs::copy_file(package_path, load_path, ec);
+    if (ec) throw Error(Error::Kind::Internal, "cannot copy '" + package_path + "' to " + load_path + ": " + ec.message());
+  }
+  {
+    Archive archive(load_path);
+    try {
+      s->impl_->manifest = parse_manifest(archive.manifest_json());
+    } catch (const Error& e) {
+      if (e.kind() != Error::Kind::PackageRefused || std::string(e.what()).rfind("manifest:", 0) != 0) throw;
+      refuse(package_path, e.what());
+    }
+    if (auto why = why_cannot_run(s->impl_->manifest)) refuse(package_path, *why);
+    if (options.verify_hashes) verify_hashes(archive, s->impl_->manifest, package_path);
+  }
+  if (s->impl_->manifest.device == "cuda") {
+    s->impl_->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::max(options.device_index, 0)));
+  }
+#ifdef AOTC_WITH_CUDA
+  if (s->impl_->manifest.device == "cuda") {
+    cuda::CudaOptions co;
+    co.device_index = options.device_index;
+    co.num_runners = options.num_runners;
+    co.graphs = options.cuda_graphs;
+    try {
+      s->impl_->cuda = std::make_unique<cuda::CudaExecutor>(load_path, s->impl_->manifest, co);
+    } catch (const Error& e) {
+      refuse(package_path, e.what());
+    }
+    return s;
+  }
+#endif
+  try {
+    s->impl_->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        load_path, "model", /*run_single_threaded=*/false, options.num_runners,
+        static_cast<c10::DeviceIndex>(options.device_index));
+  } catch (const c10::Error& e) {
+    refuse(package_path, "the AOTInductor loader failed: " + first_line(e.msg()));
+  } catch (const std::exception& e) {
+    refuse(package_path, std::string("the AOTInductor loader failed: ") + first_line(e.what()));
+  }
+  return s;
+}
+
+const Manifest& Session::manifest() const { return impl_->manifest; }
+const std::string& Session::path() const { return impl_->path; }
+
+void Session::validate(const std::vector<at::Tensor>& inputs) const { validate_inputs(impl_->manifest, inputs); }
+
+std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) const {
+  validate_inputs(impl_->manifest, inputs);
+  std::vector<at::Tensor> prepared;
+  prepared.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    // The compiled kernels index with the strides they were traced with (row-major): copy anything else.
+    bool keep_device = false;  // the CUDA executor copies host inputs itself, through pinned memory
+#ifdef AOTC_WITH_CUDA
+    keep_device = impl_->cuda != nullptr;
+#endif
+    at::Tensor x = keep_device || t.device() == impl_->device ? t : t.to(impl_->device);
+    prepared.push_back(x.is_contiguous() ? x : x.contiguous());
+  }
+  std::vector<at::Tensor> outputs;
+  try {
+    c10::InferenceMode guard;
+#ifdef AOTC_WITH_CUDA
+    if (impl_->cuda) outputs = impl_->cuda->run(prepared);
+    else
+#endif
+    outputs = impl_->loader->run(prepared);
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw Error(Error::Kind::Internal, "model '" + impl_->manifest.name + "' failed: " + first_line(e.msg()));
+  } catch (const std::exception& e) {
+    throw Error(Error::Kind::Internal, "model '" + impl_->manifest.name + "' failed: " + first_line(e.what()));
+  }
+  if (outputs.size() != impl_->manifest.outputs.size()) {
+    throw Error(Error::Kind::Internal, "model '" + impl_->manifest.name + "' returned " +
+                                           std::to_string(outputs.size()) + " outputs, the manifest lists " +
+                                           std::to_string(impl_->manifest.outputs.size()));
+  }
+  return outputs;
+}
+
+std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> Session::load_samples() const {
+  Archive archive(impl_->path);
+  std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> samples;
+  for (const auto& files : impl_->manifest.samples) {
+    std::vector<at::Tensor> ins, outs;
+    for (const auto& f : files.inputs) ins.push_back(npy_decode(archive.read(f), "sample '" + f + "'"));
+    for (const auto& f : files.outputs) outs.push_back(npy_decode(archive.read(f), "sample '" + f + "'"));
+    samples.emplace_back(std::move(ins), std::move(outs));
+  }
+  return samples;
+}
+
+Manifest read_manifest(const std::string& package_path) {
+  Archive archive(package_path);
+  return parse_manifest(archive.manifest_json());
+}
+
+}  // namespace aotc

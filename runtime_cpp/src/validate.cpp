@@ -1,0 +1,129 @@
+// Input validation against the manifest, and the parity comparison used by aotc-run and the tests.
+// Pure functions of their arguments: safe from any thread.
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "aotc/runtime.h"
+
+namespace aotc {
+namespace {
+
+std::string join_shape(c10::IntArrayRef dims) {
+  std::ostringstream s;
+  s << '[';
+  for (size_t i = 0; i < dims.size(); ++i) s << (i ? ", " : "") << dims[i];
+  s << ']';
+  return s.str();
+}
+
+std::string join_shape(const std::vector<int64_t>& dims) { return join_shape(c10::IntArrayRef(dims)); }
+
+[[noreturn]] void invalid(const std::string& message) { throw Error(Error::Kind::InvalidInput, message); }
+
+std::string dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kBool: return "bool";
+    case at::kByte: return "uint8";
+    case at::kChar: return "int8";
+    case at::kShort: return "int16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    default: return std::string(c10::toString(t.scalar_type()));
+  }
+}
+
+}  // namespace
+
+void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& inputs) {
+  const auto& specs = manifest.inputs;
+  if (inputs.size() != specs.size()) {
+    std::string names;
+    for (const auto& s : specs) names += (names.empty() ? "" : ", ") + s.name;
+    invalid("expected " + std::to_string(specs.size()) + " input(s) (" + names + "), got " +
+            std::to_string(inputs.size()));
+  }
+  const c10::DeviceType want_device = manifest.device == "cuda" ? c10::kCUDA : c10::kCPU;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    const at::Tensor& t = inputs[i];
+    const std::string who = "input '" + spec.name + "'";
+    if (!t.defined()) invalid(who + " is missing (undefined tensor)");
+    if (t.scalar_type() != to_scalar_type(spec.dtype)) {
+      invalid(who + " has dtype " + dtype_of(t) + ", the package expects " + dtype_name(spec.dtype) +
+              "; cast it to " + dtype_name(spec.dtype));
+    }
+    if (t.device().type() != c10::kCPU && t.device().type() != want_device) {
+      invalid(who + " is on " + t.device().str() + ", the package runs on " + manifest.device);
+    }
+    if (t.layout() != c10::kStrided) invalid(who + " is sparse, expected a dense tensor");
+    if (static_cast<size_t>(t.dim()) != spec.shape.size()) {
+      invalid(who + " has " + std::to_string(t.dim()) + " dims " + join_shape(t.sizes()) +
+              ", the package expects " + std::to_string(spec.shape.size()) + " dims " + join_shape(spec.shape));
+    }
+    for (size_t d = 0; d < spec.shape.size(); ++d) {
+      const int64_t got = t.size(static_cast<int64_t>(d));
+      const auto [lo, hi] = spec.ranges[d];
+      if (spec.shape[d] >= 0) {
+        if (got != spec.shape[d]) {
+          invalid(who + " dim " + std::to_string(d) + " is " + std::to_string(got) + ", the package expects " +
+                  std::to_string(spec.shape[d]));
+        }
+      } else if (got < lo || (hi >= 0 && got > hi)) {
+        invalid(who + " dim " + std::to_string(d) + " is " + std::to_string(got) + ", the package accepts " +
+                std::to_string(lo) + ".." + (hi >= 0 ? std::to_string(hi) : std::string("any")));
+      }
+    }
+  }
+  if (manifest.batch) {
+    // Dim 0 is one shared dynamic dim: inputs that disagree on it would reach the kernels inconsistent.
+    const int64_t b = inputs[0].size(0);
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      if (inputs[i].size(0) != b) {
+        invalid("input '" + specs[i].name + "' has batch (dim 0) " + std::to_string(inputs[i].size(0)) +
+                ", input '" + specs[0].name + "' has " + std::to_string(b) + "; every input must share it");
+      }
+    }
+  }
+}
+
+Comparison compare(const at::Tensor& got, const at::Tensor& expected, double atol, double rtol) {
+  Comparison c;
+  if (got.scalar_type() != expected.scalar_type()) {
+    c.mismatch = "dtype " + dtype_of(got) + " vs expected " + dtype_of(expected);
+    return c;
+  }
+  if (!got.sizes().equals(expected.sizes())) {
+    c.mismatch = "shape " + join_shape(got.sizes()) + " vs expected " + join_shape(expected.sizes());
+    return c;
+  }
+  at::Tensor a = got.detach().to(at::kCPU).to(at::kDouble);
+  at::Tensor b = expected.detach().to(at::kCPU).to(at::kDouble);
+  if (a.numel() == 0) {
+    c.ok = true;
+    return c;
+  }
+  at::Tensor diff = (a - b).abs();
+  // Equal values (infinities included) and NaN in the same places count as equal; a NaN or an
+  // infinity on one side only is a mismatch.
+  at::Tensor same = at::logical_or(a == b, at::logical_and(a.isnan(), b.isnan()));
+  diff = at::where(same, at::zeros_like(diff), diff);
+  at::Tensor nan_diff = diff.isnan();
+  c.max_abs = nan_diff.any().item<bool>() ? std::numeric_limits<double>::infinity() : diff.max().item<double>();
+  at::Tensor nz = b != 0;
+  if (nz.any().item<bool>()) {
+    c.max_rel = (diff.masked_select(nz) / b.abs().masked_select(nz)).max().item<double>();
+    if (std::isnan(c.max_rel)) c.max_rel = std::numeric_limits<double>::infinity();
+  }
+  at::Tensor bound = atol + rtol * b.abs();
+  c.ok = !nan_diff.any().item<bool>() && at::logical_or(same, diff <= bound).all().item<bool>();
+  return c;
+}
+
+}  // namespace aotc

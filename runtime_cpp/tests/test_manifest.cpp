@@ -1,0 +1,133 @@
+// Manifest parsing and dtype names.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <torch/version.h>
+
+#include "aotc/runtime.h"
+
+namespace {
+
+// A valid manifest with one tweak applied by string replacement.
+std::string manifest(const std::string& from = "", const std::string& to = "") {
+  std::string m = R"({
+    "format": "aotc/1", "aotc_version": "0.1.0", "name": "mlp", "created": "2026-11-29T10:00:00Z",
+    "torch_version": "2.13.0+cpu", "device": "cpu", "cpu_isa": "avx2", "cuda_arch": null,
+    "inputs":  [{"name": "x", "dtype": "float32", "shape": [-1, 512], "ranges": [[1, 1024], [512, 512]]}],
+    "outputs": [{"name": "output0", "dtype": "float32", "shape": [-1, 512], "ranges": [[0, -1], [512, 512]]}],
+    "batch": {"min": 1, "max": 1024},
+    "compile": {}, "rewrites": {}, "fallback_ops": [],
+    "tolerance": {"atol": 1e-4, "rtol": 2e-4},
+    "files_sha256": {"data/aotinductor/model/abc.wrapper.so": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+    "samples": [{"inputs": ["extra/aotc/sample0_input0.npy"], "outputs": ["extra/aotc/sample0_output0.npy"]}]
+  })";
+  if (!from.empty()) {
+    auto at = m.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    m.replace(at, from.size(), to);
+  }
+  return m;
+}
+
+std::string refusal(const std::string& json) {
+  try {
+    aotc::parse_manifest(json);
+  } catch (const aotc::Error& e) {
+    EXPECT_EQ(e.kind(), aotc::Error::Kind::PackageRefused);
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << json;
+  return "";
+}
+
+TEST(Manifest, ParsesEveryField) {
+  auto m = aotc::parse_manifest(manifest());
+  EXPECT_EQ(m.format, "aotc/1");
+  EXPECT_EQ(m.name, "mlp");
+  EXPECT_EQ(m.torch_version, "2.13.0+cpu");
+  EXPECT_EQ(m.device, "cpu");
+  EXPECT_EQ(m.cpu_isa, "avx2");
+  EXPECT_TRUE(m.cuda_arch.empty());
+  ASSERT_EQ(m.inputs.size(), 1u);
+  EXPECT_EQ(m.inputs[0].name, "x");
+  EXPECT_EQ(m.inputs[0].dtype, aotc::DType::Float32);
+  EXPECT_EQ(m.inputs[0].shape, (std::vector<int64_t>{-1, 512}));
+  EXPECT_EQ(m.inputs[0].ranges[0], (std::pair<int64_t, int64_t>(1, 1024)));
+  EXPECT_EQ(m.outputs[0].ranges[0], (std::pair<int64_t, int64_t>(0, -1)));
+  ASSERT_TRUE(m.batch.has_value());
+  EXPECT_EQ(m.batch->second, 1024);
+  EXPECT_DOUBLE_EQ(m.atol, 1e-4);
+  EXPECT_DOUBLE_EQ(m.rtol, 2e-4);
+  ASSERT_EQ(m.files_sha256.size(), 1u);
+  EXPECT_EQ(m.files_sha256[0].first, "data/aotinductor/model/abc.wrapper.so");
+  ASSERT_EQ(m.samples.size(), 1u);
+  EXPECT_EQ(m.samples[0].outputs[0], "extra/aotc/sample0_output0.npy");
+  EXPECT_EQ(m.raw_json, manifest());
+}
+
+TEST(Manifest, NullBatchAndCudaArch) {
+  auto m = aotc::parse_manifest(manifest(R"("batch": {"min": 1, "max": 1024})", R"("batch": null)"));
+  EXPECT_FALSE(m.batch.has_value());
+  m = aotc::parse_manifest(manifest(R"("cuda_arch": null)", R"("cuda_arch": ["sm_90", "sm_80"])"));
+  EXPECT_EQ(m.cuda_arch, (std::vector<std::string>{"sm_90", "sm_80"}));
+}
+
+TEST(Manifest, RefusesWithTheFieldNamed) {
+  EXPECT_NE(refusal("{not json").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(refusal("[1]").find("object"), std::string::npos);
+  EXPECT_NE(refusal(manifest("aotc/1", "aotc/2")).find("'aotc/2'"), std::string::npos);
+  EXPECT_NE(refusal(manifest(R"("device": "cpu")", R"("device": "tpu")")).find("'tpu'"), std::string::npos);
+  EXPECT_NE(refusal(manifest(R"("name": "mlp",)", "")).find("'name' is missing"), std::string::npos);
+  EXPECT_NE(refusal(manifest(R"("dtype": "float32", "shape": [-1, 512], "ranges": [[1, 1024)",
+                             R"("dtype": "float33", "shape": [-1, 512], "ranges": [[1, 1024)"))
+                .find("float33"),
+            std::string::npos);
+  EXPECT_NE(refusal(manifest("[[1, 1024], [512, 512]]", "[[1, 1024]]")).find("'ranges' has 1 entries for 2 dims"),
+            std::string::npos);
+  EXPECT_NE(refusal(manifest("[[1, 1024], [512, 512]]", "[[1, 1024], [256, 256]]")).find("static dim 1 is 512"),
+            std::string::npos);
+  EXPECT_NE(refusal(manifest("[[1, 1024], [512, 512]]", "[[9, 3], [512, 512]]")).find("is empty"), std::string::npos);
+  EXPECT_NE(refusal(manifest("0123456789abcdef0123", "zz")).find("64 hex"), std::string::npos);
+  EXPECT_NE(refusal(manifest(R"("samples": [{"inputs": ["extra/aotc/sample0_input0.npy"], "outputs": ["extra/aotc/sample0_output0.npy"]}])",
+                             R"("samples": [])"))
+                .find("at least one"),
+            std::string::npos);
+  EXPECT_NE(refusal(manifest(R"("inputs": ["extra/aotc/sample0_input0.npy"])", R"("inputs": [])")).find("has 0 inputs"),
+            std::string::npos);
+  EXPECT_NE(refusal(manifest(R"("atol": 1e-4)", R"("atol": "small")")).find("'atol' must be a number"),
+            std::string::npos);
+}
+
+TEST(DType, NamesRoundTrip) {
+  for (const char* name : {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"}) {
+    aotc::DType d = aotc::dtype_from_name(name);
+    EXPECT_STREQ(aotc::dtype_name(d), name);
+    EXPECT_EQ(static_cast<size_t>(c10::elementSize(aotc::to_scalar_type(d))), aotc::dtype_size(d));
+  }
+  EXPECT_THROW(aotc::dtype_from_name("float"), aotc::Error);
+}
+
+TEST(Platform, TorchVersionMustMatchMajorMinor) {
+  auto m = aotc::parse_manifest(manifest());
+  m.cpu_isa = "";
+  m.torch_version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ".7+whatever";
+  EXPECT_FALSE(aotc::why_cannot_run(m).has_value());
+  m.torch_version = "1.13.1";
+  auto why = aotc::why_cannot_run(m);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("1.13.1"), std::string::npos);
+  m.torch_version = "nightly";
+  EXPECT_TRUE(aotc::why_cannot_run(m).has_value());
+}
+
+TEST(Platform, RefusesUnknownCpuIsa) {
+  auto m = aotc::parse_manifest(manifest());
+  m.torch_version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ".0";
+  m.cpu_isa = "avx1024";
+  auto why = aotc::why_cannot_run(m);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("avx1024"), std::string::npos);
+}
+
+}  // namespace

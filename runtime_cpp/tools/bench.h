@@ -1,0 +1,26 @@
+// Latency benchmark of Session::run for aotc-run --bench. Blocks until done; spawns `threads` threads that
+// share one Session (which is thread-safe).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "aotc/runtime.h"
+
+namespace aotc {
+
+struct BenchResult {
+  size_t calls = 0;
+  size_t threads = 1;
+  double p50_us = 0, p90_us = 0, p99_us = 0, mean_us = 0;
+  double wall_s = 0;
+  double calls_per_s = 0;
+};
+
+// Runs `warmup` untimed calls, then `calls` timed calls spread over `threads` threads, each timed alone.
+BenchResult bench(const Session& session, const std::vector<at::Tensor>& inputs, size_t calls, size_t threads,
+                  size_t warmup);
+
+}  // namespace aotc

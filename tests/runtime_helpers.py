@@ -1,0 +1,86 @@
+"""Helpers shared by tests/test_runtime*.py: tampered copies of packages and the aotc-run binary.
+
+Not fixtures of their own: they take the session-cached packages from conftest.py and write copies into
+a test's tmp_path, so no test mutates a cached package. No torch import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def aotc_run_binary() -> Path:
+    """$AOTC_RUN if set (a developer's own build), else the installed aotc-run next to the venv's python,
+    else the one in build/py (make build)."""
+    candidates = [Path(os.environ["AOTC_RUN"])] if os.environ.get("AOTC_RUN") else []
+    candidates += [Path(sys.executable).parent / "aotc-run", REPO / "build" / "py" / "runtime_cpp" / "aotc-run"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise AssertionError("aotc-run is not built: run `make build`")
+
+
+def run_aotc_run(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs aotc-run; env=None runs it with an empty environment (as `env -i` does)."""
+    return subprocess.run([str(aotc_run_binary()), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={} if env is None else env)
+
+
+def rewrite(src: Path, dst: Path, edit) -> Path:
+    """Copies the zip `src` to `dst`, passing every (relative name, bytes) through edit(name, data), which
+    returns new bytes, or None to drop the record. Names are relative to the archive's root folder."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            root, _, rel = info.filename.partition("/")
+            data = edit(rel, zin.read(info))
+            if data is not None:
+                zout.writestr(zipfile.ZipInfo(info.filename, date_time=info.date_time), data)
+    return dst
+
+
+def edit_manifest(src: Path, dst: Path, change, only_first: bool = False) -> Path:
+    """Copy of `src` whose aotc manifest is replaced by change(manifest) (in every metadata file, or only
+    in the first one when only_first)."""
+    done = []
+
+    def edit(name, data):
+        if name.startswith("data/aotinductor/") and name.endswith("_metadata.json") and not (only_first and done):
+            meta = json.loads(data)
+            manifest = json.loads(meta["aotc.manifest"])
+            new = change(manifest)
+            meta["aotc.manifest"] = json.dumps(manifest if new is None else new)
+            done.append(name)
+            return json.dumps(meta).encode()
+        return data
+
+    return rewrite(src, dst, edit)
+
+
+def so_name(pkg: Path) -> str:
+    with zipfile.ZipFile(pkg) as zf:
+        return next(n.partition("/")[2] for n in zf.namelist() if n.endswith(".so"))
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, tol: dict, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}")
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    bad = ~(np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b))
+    assert not bad.any(), f"{what}: {int(bad.sum())} elements off, max abs err {np.abs(a - b).max():.3g}"
+
+
+def one_line_error(stderr: str, prefix: str = "aotc-run: error: ") -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(prefix), f"expected one '{prefix}...' line, got:\n{stderr}"
+    return lines[0][len(prefix):]
+
+

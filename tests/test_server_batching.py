@@ -1,0 +1,261 @@
+"""aotc-server (C++) dynamic batching, repository control and metrics, black box.
+
+Batching correctness uses distinct inputs per client, each answer checked: the simple model exactly
+(sum/difference of int32), the MLP against the eager outputs stored in its package. Hot reload runs under
+continuous load and must not fail a single request. Metric values are checked after a known sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import read_samples
+from servers import Server, make_repository
+from test_server import metric
+
+
+def simple_request(a, b):
+    return {"inputs": [
+        {"name": "INPUT0", "shape": list(a.shape), "datatype": "INT32", "data": a.ravel().tolist()},
+        {"name": "INPUT1", "shape": list(b.shape), "datatype": "INT32", "data": b.ravel().tolist()}]}
+
+
+def run_clients(n, fn):
+    """Runs fn(i) in n threads started together; returns the exceptions raised."""
+    barrier = threading.Barrier(n, timeout=60)
+    errors: list = []
+
+    def wrap(i):
+        try:
+            barrier.wait()
+            fn(i)
+        except Exception as e:  # noqa: BLE001 (returned to the test)
+            errors.append(f"client {i}: {e!r}")
+
+    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return errors
+
+
+def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple},
+                           {"simple": {"max_batch_size": 32, "max_queue_delay_us": 20000}})
+    rng = np.random.default_rng(7)
+    rows = [1 + i % 3 for i in range(64)]
+    inputs = [(rng.integers(-10**6, 10**6, (r, 16), dtype=np.int32),
+               rng.integers(-10**6, 10**6, (r, 16), dtype=np.int32)) for r in rows]
+    with Server("cpp", repo) as s:
+        def client(i):
+            a, b = inputs[i]
+            for _ in range(3):
+                status, r = s.json("POST", "/v2/models/simple/infer", simple_request(a, b))
+                assert status == 200, r
+                out = {o["name"]: np.array(o["data"], np.int64).reshape(o["shape"]) for o in r["outputs"]}
+                assert out["OUTPUT0"].shape == a.shape
+                assert (out["OUTPUT0"] == a + b).all() and (out["OUTPUT1"] == a - b).all()
+
+        assert run_clients(64, client) == []
+        _, st = s.json("GET", "/v2/models/simple/stats")
+        m = st["model_stats"][0]
+        assert m["inference_stats"]["success"]["count"] == 64 * 3
+        assert m["inference_count"] == 3 * sum(rows)
+        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in m["batch_stats"]}
+        assert sum(size * count for size, count in batches.items()) == m["inference_count"]
+        assert sum(batches.values()) == m["execution_count"] < 64 * 3
+        assert max(batches) > 3, f"no batch larger than one request was formed: {batches}"
+        assert max(batches) <= 32
+
+        # Larger than max_batch_size but within the package's range: runs alone. Beyond the range: 400.
+        a = np.ones((40, 16), np.int32)
+        status, r = s.json("POST", "/v2/models/simple/infer", simple_request(a, a))
+        assert status == 200 and r["outputs"][0]["shape"] == [40, 16]
+        a = np.ones((1025, 16), np.int32)
+        status, r = s.json("POST", "/v2/models/simple/infer", simple_request(a, a))
+        assert status == 400 and "1024" in r["error"]
+
+
+def test_batched_mlp_matches_eager(tmp_path, pkg_mlp):
+    (xs,), (ys,) = read_samples(pkg_mlp)[0]
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp}, {"mlp": {"max_queue_delay_us": 5000}})
+    with Server("cpp", repo) as s:
+        def client(i):
+            x = xs[i:i + 1].astype(np.float32)
+            status, r = s.json("POST", "/v2/models/mlp/infer", {"inputs": [
+                {"name": "x", "shape": [1, 512], "datatype": "FP32", "data": x.ravel().tolist()}]})
+            assert status == 200, r
+            got = np.array(r["outputs"][0]["data"], np.float32)
+            assert np.allclose(got, ys[i], atol=1e-4, rtol=1e-4), np.abs(got - ys[i]).max()
+
+        assert run_clients(len(xs), client) == []
+        _, st = s.json("GET", "/v2/models/mlp/stats")
+        assert max(b["batch_size"] for b in st["model_stats"][0]["batch_stats"]) > 1
+
+
+def _install_version(repo, model, version, pkg_bytes):
+    """Writes the package beside the repository, then renames it in: the poller never sees half a file."""
+    staging = repo.parent / f"staging-{model}-{version}"
+    staging.mkdir()
+    (staging / "model.pt2").write_bytes(pkg_bytes)
+    os.rename(staging, repo / model / str(version))
+
+
+def test_hot_reload_under_load(tmp_path, pkg_simple):
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple})
+    stop = threading.Event()
+    failures: list = []
+    versions_seen: list = []
+    with Server("cpp", repo, "--poll-repository", "1") as s:
+        def load(i):
+            rng = np.random.default_rng(i)
+            conn = s.connect()
+            while not stop.is_set():
+                a = rng.integers(-1000, 1000, (1, 16), dtype=np.int32)
+                try:
+                    status, _, data = s.request("POST", "/v2/models/simple/infer",
+                                                json.dumps(simple_request(a, a)), conn=conn)
+                    r = json.loads(data)
+                    if status != 200 or r["outputs"][0]["data"] != (2 * a).ravel().tolist():
+                        failures.append((status, r))
+                    else:
+                        versions_seen.append(r["model_version"])
+                except Exception as e:  # noqa: BLE001
+                    failures.append(repr(e))
+                    conn = s.connect()
+
+        threads = [threading.Thread(target=load, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+
+        def wait_for(cond, what, timeout=90):
+            deadline = time.monotonic() + timeout
+            while not cond():
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                time.sleep(0.1)
+
+        def index():
+            return {(e["name"], e["version"]): e for e in s.json("POST", "/v2/repository/index", {})[1]}
+
+        try:
+            time.sleep(0.5)
+            _install_version(repo, "simple", 2, pkg_simple.read_bytes())
+            wait_for(lambda: versions_seen and versions_seen[-1] == "2", "version 2 to serve")
+            assert s.json("GET", "/v2/models/simple/versions/1/ready")[0] == 200
+
+            _install_version(repo, "simple", 3, pkg_simple.read_bytes()[:50000])  # broken
+            wait_for(lambda: ("simple", "3") in index(), "version 3 to be tried")
+            v3 = index()[("simple", "3")]
+            assert v3["state"] == "UNAVAILABLE" and v3["reason"]
+            n = len(versions_seen)
+            wait_for(lambda: len(versions_seen) > n + 20, "more answers")
+            assert set(versions_seen[n:]) == {"2"}
+
+            shutil.rmtree(repo / "simple" / "1")
+            wait_for(lambda: ("simple", "1") not in index(), "version 1 to be unloaded")
+            assert s.json("GET", "/v2/models/simple/versions/1/ready")[0] == 404
+            n = len(versions_seen)
+            wait_for(lambda: len(versions_seen) > n + 20, "more answers")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        assert failures == []
+        assert "loaded model 'simple' version 2" in s.log() and "version 3" in s.log()
+
+
+def test_load_and_unload_through_the_api(model_repository):
+    with Server("cpp", model_repository) as s:
+        body = simple_request(np.ones((1, 16), np.int32), np.ones((1, 16), np.int32))
+        assert s.json("POST", "/v2/repository/models/simple/unload", {})[0] == 200
+        assert s.json("GET", "/v2/models/simple/ready")[0] == 503
+        status, r = s.json("POST", "/v2/models/simple/infer", body)
+        assert status == 503 and r["error"]
+        index = {(e["name"], e["version"]): e for e in s.json("POST", "/v2/repository/index", {})[1]}
+        assert index[("simple", "1")]["state"] == "UNAVAILABLE" and index[("mlp", "1")]["state"] == "READY"
+        assert s.json("POST", "/v2/repository/models/simple/load", {})[0] == 200
+        assert s.json("GET", "/v2/models/simple/ready")[0] == 200
+        assert s.json("POST", "/v2/models/simple/infer", body)[0] == 200
+        status, r = s.json("POST", "/v2/repository/models/nope/load", {})
+        assert status == 404 and r["error"]
+
+
+def test_metrics_after_a_known_sequence(tmp_path, pkg_simple):
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple}, {"simple": {"max_batch_size": 0}})
+    with Server("cpp", repo) as s:
+        a = np.arange(32, dtype=np.int32).reshape(2, 16)
+        for _ in range(5):
+            assert s.json("POST", "/v2/models/simple/infer", simple_request(a, a))[0] == 200
+        bad = simple_request(a, a)
+        bad["inputs"][0]["datatype"] = "FP32"
+        for _ in range(3):
+            assert s.json("POST", "/v2/models/simple/infer", bad)[0] == 400
+        status, _, data = s.request("GET", "/metrics")
+        assert status == 200
+        text = data.decode()
+        v = dict(version="1")
+        assert metric(text, "nv_inference_request_success", "simple", **v) == 5
+        assert metric(text, "nv_inference_request_failure", "simple", reason="REJECTED", **v) == 3
+        assert metric(text, "nv_inference_request_failure", "simple", reason="BACKEND", **v) == 0
+        assert metric(text, "nv_inference_count", "simple", **v) == 10
+        assert metric(text, "nv_inference_exec_count", "simple", **v) == 5
+        assert metric(text, "nv_inference_pending_request_count", "simple", **v) == 0
+        for name in ("nv_inference_request_duration_us", "nv_inference_compute_infer_duration_us"):
+            assert metric(text, name, "simple", **v) > 0
+        for name in ("nv_inference_queue_duration_us", "nv_inference_compute_input_duration_us",
+                     "nv_inference_compute_output_duration_us"):
+            assert metric(text, name, "simple", **v) >= 0
+        assert metric(text, "nv_model_load_duration_secs", "simple", **v) > 0
+        assert "# TYPE nv_inference_request_success counter" in text
+        _, st = s.json("GET", "/v2/models/simple/versions/1/stats")
+        m = st["model_stats"][0]
+        assert m["inference_stats"]["success"]["count"] == 5 and m["inference_stats"]["fail"]["count"] == 3
+        assert m["batch_stats"] == [{**m["batch_stats"][0], "batch_size": 2}]
+
+
+def test_queue_limit_and_timeout_answer_503(tmp_path, pkg_mlp):
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp},
+                           {"mlp": {"max_batch_size": 0, "max_queue_size": 2, "num_runners": 1}})
+    x = np.zeros((1024, 512), np.float32)
+    header = json.dumps({"inputs": [{"name": "x", "shape": [1024, 512], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    statuses: list = []
+    with Server("cpp", repo) as s:
+        def client(i):
+            st, _, data = s.request("POST", "/v2/models/mlp/infer", header + x.tobytes(),
+                                    {"Inference-Header-Content-Length": str(len(header))})
+            statuses.append(st)
+            if st == 503:
+                assert "max_queue_size" in json.loads(data)["error"]
+
+        assert run_clients(16, client) == []
+        assert sorted(set(statuses)) == [200, 503], statuses
+        text = s.request("GET", "/metrics")[2].decode()
+        assert metric(text, "nv_inference_request_failure", "mlp", reason="REJECTED") == statuses.count(503)
+
+        # A request whose timeout (us) passes while it waits behind busy runners is answered 503.
+        small = {"inputs": [{"name": "x", "shape": [1, 512], "datatype": "FP32", "data": [0.0] * 512}],
+                 "parameters": {"timeout": 1}}
+        big = [threading.Thread(target=s.request, args=("POST", "/v2/models/mlp/infer", header + x.tobytes(),
+                                                        {"Inference-Header-Content-Length": str(len(header))}))
+               for _ in range(2)]
+        for t in big:
+            t.start()
+        deadline = time.monotonic() + 30
+        while metric(s.request("GET", "/metrics")[2].decode(), "nv_inference_pending_request_count", "mlp") < 2:
+            assert time.monotonic() < deadline
+        status, r = s.json("POST", "/v2/models/mlp/infer", small)
+        assert status == 503 and "timeout" in r["error"], r
+        for t in big:
+            t.join(60)
+        text = s.request("GET", "/metrics")[2].decode()
+        assert metric(text, "nv_inference_request_failure", "mlp", reason="CANCELED") == 1
