@@ -11,7 +11,7 @@ PIP       := $(PY) -m pip
 BUILD_DIR := build/py
 APT_PKGS  := libcpp-httplib-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
-             pytest pytest-timeout hypothesis httpx matplotlib
+             pytest pytest-timeout hypothesis httpx matplotlib triton
 
 .PHONY: all deps build demo test test-cpp test-py bench clean
 

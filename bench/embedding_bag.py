@@ -80,11 +80,9 @@ def compile_package(ep, path: str, device: str) -> callable:
 
 
 def kernel_bench(device: str, lowerings: list[str], tmp: str) -> list[dict]:
-    from aotc.loader import ensure_libstdcxx_global
     from aotc.rewrite import eb_lowerings as low
     from aotc.rewrite import embedding_bag as eb
 
-    ensure_libstdcxx_global()
     rows, dim, dtype, batch = SHAPES[device]
     model = Bag(rows, dim, dtype).to(device).eval()
     ids, offsets = reference_inputs(rows, batch, device)
@@ -112,6 +110,8 @@ def kernel_bench(device: str, lowerings: list[str], tmp: str) -> list[dict]:
             from aotc.kernels import embedding_bag as kernel
 
             record("eager aotc Triton kernel", lambda: kernel.pool(a.weight, ids, offsets, low.MODE_MEAN))
+            if device == "cuda":
+                tile_sweep(kernel, a, useful)
         t = time.perf_counter()
         new_ep, _ = eb.rewrite(ep, (ids, offsets), device, name)
         runner = compile_package(new_ep, os.path.join(tmp, f"eb_{name}.pt2"), device)
@@ -121,12 +121,25 @@ def kernel_bench(device: str, lowerings: list[str], tmp: str) -> list[dict]:
     return results
 
 
-def model_bench(device: str, spec: str, batch: int, tmp: str) -> list[dict]:
+def tile_sweep(kernel, a, useful: int) -> None:
+    """Times the Triton kernel under other tile sizes, to check the default `tile_sizes` picks well."""
+    default = kernel.tile_sizes(a.weight.shape[1], a.weight.element_size())
+    for tiles in [(8, 128, 1), (16, 128, 2), (16, 128, 4), (32, 128, 2), (32, 128, 4), (64, 128, 4),
+                  (64, 128, 8), (32, 64, 2)]:
+        kernel.TILE_OVERRIDE = tiles
+        try:
+            ms = timer(lambda: kernel.pool(a.weight, a.indices, a.offsets, a.mode), "cuda")
+        finally:
+            kernel.TILE_OVERRIDE = None
+        mark = " (default)" if tiles == default else ""
+        print(f"    tiles BLOCK_L, BLOCK_D, warps = {tiles}: {ms * 1e3:.1f} us, "
+              f"{useful / (ms * 1e-3) / 1e9:.0f} GB/s{mark}", flush=True)
+
+
+def model_bench(device: str, spec: str, batch: int, tmp: str, with_decomposed: bool = True) -> list[dict]:
     """The recommendation model end to end: eager, plain AOTI (no rewrite), aotc package."""
     sys.path.insert(0, str(REPO / "models"))
     import embedding_bag as rec
-
-    from aotc.loader import load_package
 
     name = spec.partition(":")[2] or "model"
     model = getattr(rec, name)().to(device).eval()
@@ -148,15 +161,33 @@ def model_bench(device: str, spec: str, batch: int, tmp: str) -> list[dict]:
     ep = torch.export.export(model, example, dynamic_shapes=rec.dynamic_shapes())
     plain = compile_package(ep, os.path.join(tmp, "plain.pt2"), device)
     record("plain AOTI (ATen fallback kernels)", lambda: plain(*inputs))
-    out = os.path.join(tmp, "aotc.pt2")
+    runner = aotc_export(spec, os.path.join(tmp, "aotc.pt2"), device)
+    if runner:
+        record("aotc package (aotc export)", lambda: runner(*inputs))
+    if with_decomposed:  # the same model, pooling written by hand from basic ops (padded ids + mask)
+        import embedding_bag_decomposed as dec
+
+        padded = tuple(x.to(device) for x in dec.from_jagged(tuple(x.cpu() for x in inputs)))
+        dmodel = getattr(dec, name)().to(device).eval()
+        record("eager, hand-decomposed (padded+mask)", lambda: dmodel(*padded))
+        dspec = spec.replace("embedding_bag.py", "embedding_bag_decomposed.py")
+        drunner = aotc_export(dspec, os.path.join(tmp, "decomposed.pt2"), device)
+        if drunner:
+            record("aotc package, hand-decomposed", lambda: drunner(*padded))
+    return results
+
+
+def aotc_export(spec: str, out: str, device: str):
+    """Runs `aotc export` as a user would; returns the package loaded by AOTInductor's own loader, as plain
+    AOTI is (aotc's Python Runner adds input validation that the C++ runtime does natively), or None."""
     r = subprocess.run([sys.executable, "-m", "aotc.cli", "export", spec, "-o", out, "--device", device],
                        cwd=REPO, capture_output=True, text=True)
     chosen = [line for line in r.stdout.splitlines() if line.startswith("rewrite")]
-    print("   ", chosen[0] if chosen else r.stderr[-2000:], flush=True)
-    if r.returncode == 0:
-        runner = load_package(out)
-        record("aotc package (aotc export)", lambda: runner(*inputs)[0])
-    return results
+    print("   ", spec, chosen[0] if chosen else r.stderr[-2000:], flush=True)
+    if r.returncode != 0:
+        return None
+    runner = torch._inductor.aoti_load_package(out)
+    return lambda *xs: runner(*xs)
 
 
 def main(argv=None):
@@ -167,13 +198,16 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--skip-model", action="store_true")
     p.add_argument("--skip-kernel", action="store_true")
+    p.add_argument("--skip-decomposed", action="store_true", help="leave out embedding_bag_decomposed.py")
     p.add_argument("--threads", type=int, help="torch CPU threads (1 gives steady numbers on a loaded machine)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    from aotc.loader import ensure_libstdcxx_global
     from aotc.rewrite import embedding_bag as eb
 
+    ensure_libstdcxx_global()  # before any package is loaded (shared/GPU.md)
     lowerings = args.lowerings.split(",") if args.lowerings else eb.candidates_for(args.device)
     info = {"device": torch.cuda.get_device_name() if args.device == "cuda" else f"cpu x{os.cpu_count()}",
             "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -185,7 +219,7 @@ def main(argv=None):
         if not args.skip_kernel:
             info["kernel"] = kernel_bench(args.device, lowerings, tmp)
         if not args.skip_model:
-            info["model"] = model_bench(args.device, args.model, args.batch, tmp)
+            info["model"] = model_bench(args.device, args.model, args.batch, tmp, not args.skip_decomposed)
     if args.json:
         Path(args.json).write_text(json.dumps(info, indent=1))
 

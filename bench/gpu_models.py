@@ -14,21 +14,18 @@ wall-clock medians, host to host. HTTP load runs in 8 client processes of 4 thre
 from __future__ import annotations
 
 import argparse
-import http.client
 import importlib.util
 import json
-import multiprocessing as mp
-import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from gpu_http import Server, http_load
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
@@ -99,121 +96,6 @@ def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path) -> fl
     return float(m.group(1)) / 1e3
 
 
-# ---- HTTP (Open Inference Protocol, binary tensors) ----------------------------------------------------------
-def infer_body(x, name: str) -> tuple[bytes, dict]:
-    import numpy as np
-
-    arr = np.ascontiguousarray(x.numpy())
-    dt = {"float32": "FP32", "int64": "INT64", "float16": "FP16"}[str(arr.dtype)]
-    header = json.dumps({"inputs": [{"name": name, "shape": list(arr.shape), "datatype": dt,
-                                     "parameters": {"binary_data_size": arr.nbytes}}],
-                         "parameters": {"binary_data_output": True}}).encode()
-    return header + arr.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
-
-
-def _client(port, path, body, headers, t_from, deadline, out_q, n_threads):
-    """One client process: n_threads keep-alive connections posting `body` until `deadline` (time.time());
-    requests that start before `t_from` warm up and are not counted."""
-    lat, errors = [], []
-
-    def connect():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        conn.connect()
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-
-    def loop():
-        conn = connect()
-        while time.time() < deadline:
-            t0 = time.perf_counter()
-            try:
-                conn.request("POST", path, body, headers)
-                resp = conn.getresponse()
-                resp.read()
-                if resp.status != 200:
-                    errors.append(resp.status)
-                    continue
-            except (http.client.HTTPException, OSError) as e:
-                errors.append(type(e).__name__)
-                conn.close()
-                conn = connect()
-                continue
-            if time.time() - (time.perf_counter() - t0) >= t_from:
-                lat.append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=loop) for _ in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    out_q.put((lat, errors[:5], len(errors)))
-
-
-def http_load(port, model, x, input_name, concurrency, seconds) -> dict:
-    body, headers = infer_body(x, input_name)
-    path = f"/v2/models/{model}/infer"
-    procs_n = 1 if concurrency == 1 else 8
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    t_from = time.time() + 2.0  # the processes need about a second to start
-    deadline = t_from + seconds
-    procs = [ctx.Process(target=_client, args=(port, path, body, headers, t_from, deadline, q, concurrency // procs_n))
-             for _ in range(procs_n)]
-    for p in procs:
-        p.start()
-    results = [q.get(timeout=seconds + 60) for _ in procs]
-    for p in procs:
-        p.join()
-    lat = sorted(v for r in results for v in r[0])
-    n_err = sum(r[2] for r in results)
-    if not lat:
-        raise RuntimeError(f"no successful request; errors {[r[1] for r in results]}")
-    return {"p50_ms": statistics.median(lat) * 1e3, "req_per_s": len(lat) / seconds, "errors": n_err}
-
-
-class Server:
-    """aotc-server on a repository of symlinked packages; stopped on exit."""
-
-    def __init__(self, models: dict[str, tuple[Path, dict]], tmp: Path):
-        exe = shutil.which("aotc-server")
-        if exe is None:
-            raise RuntimeError("aotc-server is not on PATH")
-        repo = tmp / "repo"
-        for name, (pkg, config) in models.items():
-            (repo / name / "1").mkdir(parents=True, exist_ok=True)
-            os.symlink(pkg, repo / name / "1" / "model.pt2")
-            (repo / name / "config.json").write_text(json.dumps(config))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.log = open(tmp / "server.log", "w")
-        self.proc = subprocess.Popen([exe, "--model-repository", str(repo), "--http-port", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"aotc-server exited with {self.proc.returncode}: "
-                                   f"{(tmp / 'server.log').read_text()[-400:]}")
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                c.request("GET", "/v2/health/ready")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.25)
-        self.close()
-        raise RuntimeError("aotc-server was not ready within 60 s")
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
 # ---- the run -----------------------------------------------------------------------------------------------
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -253,7 +135,8 @@ def main() -> int:
                 print(f"{label}: done in {time.time() - t0:.1f} s", flush=True)
                 return
             except Exception as e:  # a benchmark part that fails is reported, the rest still runs
-                notes.append(f"{label}: failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}")
+                first = (str(e).strip().splitlines() or [""])[0][:300]
+                notes.append(f"{label}: failed: {type(e).__name__}: {first}")
         print(notes[-1], flush=True)
 
     def iters(name):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 import tempfile
@@ -123,10 +124,11 @@ def main() -> int:
             for m in models:
                 meta = s.json("GET", f"/v2/models/{m}")[1]
                 for binary in (False, True):
-                    for batching in (False, True):
-                        name = m if batching else f"{m}_nobatch"
-                        reqs = [build_request(name, meta, binary, seed) for seed in range(8)]
-                        for c in levels:
+                    for c in levels:
+                        # on and off back to back, so both see the same load from anything else on the machine
+                        for batching in (False, True):
+                            name = m if batching else f"{m}_nobatch"
+                            reqs = [build_request(name, meta, binary, seed) for seed in range(8)]
                             r = asyncio.run(measure(s.host, s.port, reqs, c, args.seconds))
                             row = (m, "binary" if binary else "JSON", "on" if batching else "off", c, r)
                             rows.append(row)
@@ -137,10 +139,19 @@ def main() -> int:
                 sizes = sorted(((b["batch_size"], b["compute_infer"]["count"]) for b in st["batch_stats"]),
                                key=lambda t: -t[1])[:6]
                 print(f"{m}: most frequent batch sizes formed (size, count): {sizes}", file=sys.stderr)
-    print(f"| model | tensors | dynamic batching | concurrency | req/s | p50 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|---|---|---|")
-    for m, enc, b, c, r in rows:
-        print(f"| {m} | {enc} | {b} | {c} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | {r['errors']} |")
+    print(f"load average (1, 5, 15 min) at the end: {tuple(round(x, 1) for x in os.getloadavg())}; "
+          f"{os.cpu_count()} CPUs; {args.seconds:g} s per cell; batch-1 requests")
+    print()
+    print("| model | tensors | concurrency | off: req/s | off: p50 ms | off: p99 ms | on: req/s | on: p50 ms "
+          "| on: p99 ms | throughput on/off |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cells = {(m, enc, b, c): r for m, enc, b, c, r in rows}
+    for m, enc, b, c, _ in rows:
+        if b != "off":
+            continue
+        off, on = cells[(m, enc, "off", c)], cells[(m, enc, "on", c)]
+        print(f"| {m} | {enc} | {c} | {off['rps']:.0f} | {off['p50']:.2f} | {off['p99']:.2f} | {on['rps']:.0f} "
+              f"| {on['p50']:.2f} | {on['p99']:.2f} | {on['rps'] / off['rps']:.2f}x |")
     return 1 if any(r["errors"] for *_, r in rows) else 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import shutil
 import signal
 import socket
@@ -89,10 +88,11 @@ def server_commands(repo: str, model_file: str, aotc_server: str | None, kserve_
     return cmds
 
 
-def start(cmd: list[str]) -> tuple[subprocess.Popen, str, float]:
+def start(cmd: list[str], env: dict) -> tuple[subprocess.Popen, str, float]:
     port = free_port()
     argv = cmd(port)
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         return proc, url, wait_ready(url, proc)
@@ -137,14 +137,41 @@ def ratios(names: dict, ready: dict, levels: list, base: str, other: str) -> lis
     return out
 
 
+BEGIN, END = "<!-- bench/servers.py results: begin -->", "<!-- bench/servers.py results: end -->"
+
+
 def write_docs(text: str) -> None:
+    """Replaces the generated part of docs/benchmarks.md's "Servers, CPU" section (between the markers);
+    the prose around it stays. Creates the section when it is missing."""
     path = os.path.join(ROOT, "docs", "benchmarks.md")
-    old = open(path).read() if os.path.exists(path) else "# aotc benchmarks\n"
-    section = f"## Servers, CPU\n\n{text}\n"
-    pattern = re.compile(r"^## Servers, CPU\n.*?(?=^## |\Z)", re.S | re.M)
-    new = pattern.sub(lambda _: section + "\n", old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + section
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    block = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+    else:
+        new = old.rstrip("\n") + f"\n\n## Servers, CPU\n\n{block}\n"
     with open(path, "w") as f:
         f.write(new)
+
+
+def measure(cmds: dict, env: dict, concurrency: list[int], duration: float) -> tuple[dict, dict, list]:
+    """Starts every server (one at a time, so each start-up has the machine to itself), loads them, stops them."""
+    procs, names, ready = [], {}, {}
+    try:
+        for name, cmd in cmds.items():
+            try:
+                proc, url, seconds = start(cmd, env)
+            except RuntimeError as e:
+                print(f"{name}: skipped: {e}")
+                continue
+            procs.append(proc)
+            names[url], ready[name] = name, seconds
+            print(f"{name}: ready in {seconds:.2f} s at {url}", flush=True)
+        levels = bench.run(list(names), "mlp", concurrency, duration)
+    finally:
+        for proc in procs:
+            stop(proc)
+    return names, ready, levels
 
 
 def main() -> int:
@@ -155,6 +182,8 @@ def main() -> int:
     p.add_argument("--kserve-python", help="a Python with kserve installed (skipped when not given)")
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--omp-threads", default="unset", help="comma-separated OMP_NUM_THREADS settings to run, "
+                   "each for every server, e.g. unset,1 (default: unset)")
     p.add_argument("--write-docs", action="store_true")
     args = p.parse_args()
     if not os.path.exists(args.package):
@@ -165,32 +194,30 @@ def main() -> int:
     os.makedirs(os.path.join(repo, "mlp", "1"))
     shutil.copy(args.package, os.path.join(repo, "mlp", "1", "model.pt2"))
     cmds = server_commands(repo, args.model_file, args.aotc_server, args.kserve_python)
-    procs, names, ready = [], {}, {}
+    lines = []
     try:
-        for name, cmd in cmds.items():  # one at a time, so each start-up has the machine to itself
-            try:
-                proc, url, seconds = start(cmd)
-            except RuntimeError as e:
-                print(f"{name}: skipped: {e}")
-                continue
-            procs.append(proc)
-            names[url], ready[name] = name, seconds
-            print(f"{name}: ready in {seconds:.2f} s at {url}", flush=True)
-        levels = bench.run(list(names), "mlp", bench.parse_concurrency(args.concurrency), args.duration)
+        for threads in args.omp_threads.split(","):
+            env = dict(os.environ)
+            env.pop("OMP_NUM_THREADS", None)
+            if threads != "unset":  # AOTI's OpenMP kernels suffer most when the cores are oversubscribed
+                env["OMP_NUM_THREADS"] = threads
+            names, ready, levels = measure(cmds, env, bench.parse_concurrency(args.concurrency), args.duration)
+            lines += [f"OMP_NUM_THREADS {threads}, every server:", "", table(names, ready, levels), ""]
+            first = next(iter(ready))
+            for other in ready:
+                if other != first:
+                    lines += ratios(names, ready, levels, first, other)
+            lines.append("")
     finally:
-        for proc in procs:
-            stop(proc)
         shutil.rmtree(repo, ignore_errors=True)
-    first = next(iter(ready))
-    lines = [table(names, ready, levels), ""]
-    for other in ready:
-        if other != first:
-            lines += ratios(names, ready, levels, first, other)
     cpu = platform.processor() or platform.machine()
-    lines += ["", f"{os.cpu_count()} cores ({cpu}), {args.duration:g} s per level after 0.5 s warm-up, batch-1 binary "
-              f"requests, load from one aotc_client.bench process on the same machine.",
-              f"Command: `.venv/bin/python bench/servers.py --duration {args.duration:g}"
-              f"{' --kserve-python ' + args.kserve_python if args.kserve_python else ''} --write-docs`"]
+    load = os.getloadavg()[1]  # a shared machine's other work shows up here, and in every number above
+    lines += [f"{os.cpu_count()} cores ({cpu}), {args.duration:g} s per level after 0.5 s warm-up, batch-1 binary "
+              f"requests, load from one aotc_client.bench process on the same machine; 5-minute load average at "
+              f"the end: {load:.1f}.",
+              f"Command: `.venv/bin/python bench/servers.py --duration {args.duration:g} --omp-threads "
+              f"{args.omp_threads}{' --kserve-python ' + args.kserve_python if args.kserve_python else ''} "
+              f"--write-docs`"]
     text = "\n".join(lines)
     print("\n" + text)
     if args.write_docs:

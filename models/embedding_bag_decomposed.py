@@ -73,8 +73,9 @@ def from_jagged(inputs):
             *to_padded(tag_ids, tag_offsets, tag_weights))
 
 
-def make_inputs(**kwargs):
-    return from_jagged(jagged.make_inputs(**kwargs))
+def make_inputs(batch=jagged.EXAMPLE_BATCH, **kwargs):
+    """Fresh inputs for `batch` users (the model-file hook aotc uses to check parity across the batch range)."""
+    return from_jagged(jagged.make_inputs(batch, **kwargs))
 
 
 def example_inputs():

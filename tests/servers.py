@@ -1,7 +1,7 @@
 """Launch aotc servers as black boxes for tests and benchmarks (the pattern of llama.cpp's tests/utils.py).
 
-`Server(kind, repository, *flags)` starts the real process ("cpp": aotc-server; "python": `aotc serve
---python`) on a free port, waits for /v2/health/ready, fails fast with the server's log if the process dies,
+`Server(kind, repository, *flags)` starts the real process ("cpp": aotc-server; "cli": `aotc serve`, which
+execs the installed aotc-server; "python": `aotc serve --python`) on a free port, waits for /v2/health/ready, fails fast with the server's log if the process dies,
 puts a timeout on every request and stops the process on `stop()` / context exit. Not a client library: it
 speaks plain HTTP (http.client) so tests see exactly what went over the wire.
 
@@ -72,11 +72,15 @@ class Server:
         self.request_timeout = request_timeout
         if kind == "cpp":
             argv = [str(server_binary()), "--model-repository", str(repository), "--http-port", str(self.port), *flags]
-        elif kind == "python":
+        elif kind in ("python", "python-eager"):  # python-eager: `repository` is a model file, run eagerly
             aotc = VENV_BIN / "aotc" if (VENV_BIN / "aotc").exists() else Path(shutil.which("aotc") or "aotc")
-            argv = [str(aotc), "serve", "--python", str(repository), "--http-port", str(self.port), *flags]
+            source = [str(repository)] if kind == "python" else ["--eager", str(repository)]
+            argv = [str(aotc), "serve", "--python", *source, "--http-port", str(self.port), *flags]
+        elif kind == "cli":  # `aotc serve DIR`, which execs the installed aotc-server with the same flags
+            aotc = VENV_BIN / "aotc" if (VENV_BIN / "aotc").exists() else Path(shutil.which("aotc") or "aotc")
+            argv = [str(aotc), "serve", str(repository), "--http-port", str(self.port), *flags]
         else:
-            raise ValueError(f"server kind must be 'cpp' or 'python', got {kind!r}")
+            raise ValueError(f"server kind must be 'cpp', 'cli', 'python' or 'python-eager', got {kind!r}")
         self._log = tempfile.NamedTemporaryFile(prefix=f"aotc-{kind}-server-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + ready_timeout

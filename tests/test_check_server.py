@@ -85,44 +85,15 @@ def test_check_names_a_mismatched_model(server):
 def test_check_catches_a_small_weight_shift_on_the_eager_server():
     shifted = _variant("mlp_shifted_bias", "return SimpleMLP().eval()",
                        "m = SimpleMLP().eval()\n    m.fc2.bias.data[7] += 1e-3\n    return m")
-    with _EagerServer(shifted) as url:
-        r = _check(url, "mlp", "models/mlp.py")
+    with Server("python-eager", shifted, "--name", "mlp") as eager:
+        r = _check(eager.url, "mlp", "models/mlp.py")
     assert r.returncode == 1, r.stdout + r.stderr
     mism = [line for line in r.stdout.splitlines() if "MISMATCH" in line]
     assert len(mism) == 4 and all("max abs 0.001" in line for line in mism), r.stdout
 
 
 def test_check_uses_make_inputs_for_jagged_models():
-    with _EagerServer(REPO / "models" / "embedding_bag.py", "recsys") as url:
-        r = _check(url, "recsys", "models/embedding_bag.py", "--json")
+    with Server("python-eager", "models/embedding_bag.py", "--name", "recsys") as eager:
+        r = _check(eager.url, "recsys", "models/embedding_bag.py", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "(make_inputs)" in r.stdout and "verdict: PASS" in r.stdout
-
-
-class _EagerServer:
-    """`aotc serve --python --eager FILE --name NAME` for the duration of a with-block; yields its URL."""
-
-    def __init__(self, model_file: Path, name: str = "mlp"):
-        from servers import free_port
-        import time
-        import urllib.request
-        self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "aotc.cli", "serve", "--python", "--eager",
-                                      str(model_file), "--name", name, "--http-port", str(self.port)],
-                                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 120
-        while True:
-            assert self.proc.poll() is None, self.proc.stderr.read()
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v2/health/ready", timeout=2)
-                return
-            except OSError:
-                assert time.monotonic() < deadline, "eager server not ready after 120 s"
-                time.sleep(0.1)
-
-    def __enter__(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc):
-        self.proc.terminate()
-        self.proc.wait(30)

@@ -119,6 +119,9 @@ def _assert_close(got: list[np.ndarray], want: list[np.ndarray], manifest: dict,
 
 
 def _session(path: Path, monkeypatch, graphs: bool, num_runners: int = 1):
+    from aotc.loader import ensure_libstdcxx_global
+
+    ensure_libstdcxx_global()  # before any AOTI .so loads in this process (../shared/GPU.md)
     from aotc import _runtime
 
     monkeypatch.setenv("AOTC_CUDA_GRAPHS", "1" if graphs else "0")  # read when the session opens

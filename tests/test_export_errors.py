@@ -92,18 +92,36 @@ def test_cli_prints_one_line_for_a_bad_model_file(args, fragment, capsys, monkey
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("data_dependent", "data-dependent control flow at"),
-    ("range_violation", "does not work for every size in the declared dynamic range: batch = L['x'].size()[0] "
-                        "in batch <= 64 must satisfy (L['x'].size()[0] % 2) == 0; fix: declare `_batch = "
-                        "Dim('_batch', min=1, max=32); batch = 2*_batch` in dynamic_shapes()"),
-    ("no_fake_kernel", "an operator cannot be traced"),
-    ("python_op", "ops with no C shim that would call back into Python at run time (aotc_test.twice.default)"),
-])
-def test_export_failure_names_cause_and_fix_without_traceback(name, fragment, tmp_path):
-    line = _one_line_error(run_aotc("export", f"tests/data/{name}.py", "-o", tmp_path / "x.pt2"), fragment)
+EXPORT_FAILURES = {
+    "data_dependent": "data-dependent control flow at",
+    "range_violation": "does not work for every size in the declared dynamic range: batch = L['x'].size()[0] "
+                       "in batch <= 64 must satisfy (L['x'].size()[0] % 2) == 0; fix: declare `_batch = "
+                       "Dim('_batch', min=1, max=32); batch = 2*_batch` in dynamic_shapes()",
+    "no_fake_kernel": "an operator cannot be traced",
+    "python_op": "ops with no C shim that would call back into Python at run time (aotc_test.twice.default)",
+}
+
+
+@pytest.mark.parametrize("name", ["data_dependent", "python_op"])
+def test_export_failure_prints_no_traceback(name, tmp_path):
+    """As the user runs it: a fresh process, nothing but the progress lines and the one error line."""
+    r = run_aotc("export", f"tests/data/{name}.py", "-o", tmp_path / "x.pt2")
+    line = _one_line_error(r, EXPORT_FAILURES[name])
     assert "fix:" in line or "pass --allow-python-ops" in line
+    assert all(ln.startswith("[") or ln.startswith("aotc: error:") for ln in r.stderr.splitlines()), r.stderr
     assert not (tmp_path / "x.pt2").exists()
+
+
+@pytest.mark.parametrize("name", sorted(EXPORT_FAILURES))
+def test_export_failure_names_cause_and_fix(name, tmp_path, capsys, monkeypatch):
+    from aotc.cli import main
+
+    monkeypatch.chdir(REPO)
+    rc = main(["export", f"tests/data/{name}.py", "-o", str(tmp_path / "x.pt2")])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "aotc: error:" in line]
+    assert rc == 2 and len(lines) == 1 and EXPORT_FAILURES[name] in lines[0], err
+    assert "fix:" in lines[0] or "pass --allow-python-ops" in lines[0]
 
 
 def test_verbose_shows_the_traceback(tmp_path):

@@ -384,3 +384,13 @@ def test_raw_binary_body_for_single_input_model(server, mlp_sample):
     else:
         out = np.array(json.loads(data)["outputs"][0]["data"], np.float32)
     assert close(out.reshape(4, 512), ref)
+
+
+def test_post_without_a_body(server):
+    """`curl -X POST .../repository/index` sends neither Content-Length nor a body: answered at once."""
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=10) as s:
+        s.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n")
+        data = s.recv(65536)
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]

@@ -5,77 +5,22 @@ mode, body limit, compression, statistics, a corrupt package next to a good one)
 
 import gzip
 import json
-import os
-import shutil
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from aotc_client import Client
 from aotc_client.errors import ServerError
+from servers import REPO, VENV_BIN, Server, make_repository
 
-ROOT = Path(__file__).resolve().parents[1]
-AOTC = str(ROOT / ".venv" / "bin" / "aotc") if (ROOT / ".venv" / "bin" / "aotc").exists() else shutil.which("aotc")
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PythonServer:
-    """`aotc serve --python ...` on a free port; waits for readiness, fails fast if the process dies."""
-
-    def __init__(self, *args: str, timeout: float = 180.0):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([AOTC, "serve", "--python", *args, "--http-port", str(self.port)],
-                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"aotc serve --python exited {self.proc.returncode}:\n{self.proc.stdout.read()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/v2/health/ready", timeout=2):
-                    return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError(f"aotc serve --python not ready after {timeout:g} s")
-                time.sleep(0.1)
-
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-        """-> (status, headers, body bytes); never raises for an HTTP error status."""
-        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, dict(r.headers), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+AOTC = str(VENV_BIN / "aotc")
 
 
 @pytest.fixture(scope="module")
 def eager_server():
-    server = PythonServer("--eager", "models/mlp.py", "--name", "mlp", "--max-body-bytes", "1000000")
-    yield server
-    server.stop()
+    with Server("python-eager", "models/mlp.py", "--name", "mlp", "--max-body-bytes", "1000000") as s:
+        yield s
 
 
 def test_eager_metadata_has_dynamic_dims(eager_server):
@@ -112,8 +57,8 @@ def test_body_limit_gzip_and_bad_encoding(eager_server):
                                                "data": [0.25] * 512}]}).encode()
     status, headers, body = eager_server.request("POST", "/v2/models/mlp/infer", gzip.compress(small),
                                                  {"Content-Encoding": "gzip", "Accept-Encoding": "gzip"})
-    assert status == 200 and headers.get("content-encoding", headers.get("Content-Encoding")) == "gzip"
-    assert json.loads(gzip.decompress(body))["id"] == "g"
+    assert status == 200 and headers["content-encoding"] == "gzip"  # Server.request inflated it
+    assert json.loads(body)["id"] == "g"
     status, _, body = eager_server.request("POST", "/v2/models/mlp/infer", small, {"Content-Encoding": "br"})
     assert status == 501 and "br" in json.loads(body)["error"]
     bomb = gzip.compress(b" " * 3_000_000)  # inflates past the limit
@@ -155,6 +100,29 @@ def test_statistics_count_successes_and_failures(eager_server):
 def test_bad_command_lines_are_one_line_errors(tmp_path):
     for args, message in ((["--eager", "models/nope.py"], "not found"),
                           ([str(tmp_path)], "no packages")):
-        r = subprocess.run([AOTC, "serve", "--python", *args], cwd=ROOT, capture_output=True, text=True,
+        r = subprocess.run([AOTC, "serve", "--python", *args], cwd=REPO, capture_output=True, text=True,
                            timeout=120)
         assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_repository_serves_good_packages_next_to_a_corrupt_one(tmp_path, pkg_mlp, pkg_simple):
+    corrupt = tmp_path / "corrupt.pt2"
+    corrupt.write_bytes(pkg_mlp.read_bytes()[: pkg_mlp.stat().st_size // 2])  # truncated archive
+    repo = make_repository(tmp_path / "repo", {"mlp": {1: pkg_simple, 2: pkg_mlp}, "broken": corrupt})
+    with Server("python", repo) as server:
+        status, index = server.json("POST", "/v2/repository/index", {})
+        states = {(e["name"], e["version"]): (e["state"], e["reason"]) for e in index}
+        assert states[("mlp", "2")] == ("READY", "") and states[("broken", "1")][0] == "UNAVAILABLE"
+        reason = states[("broken", "1")][1]
+        assert "not a readable .pt2 archive" in reason and "\n" not in reason
+        status, meta = server.json("GET", "/v2/models/mlp")  # no version: the highest
+        assert status == 200 and meta["versions"] == ["1", "2"] and meta["inputs"][0]["name"] == "x"
+        status, meta = server.json("GET", "/v2/models/mlp/versions/1")
+        assert meta["inputs"][0]["name"] == "INPUT0"
+        assert server.json("GET", "/v2/models/broken")[0] == 404
+        assert server.json("POST", "/v2/repository/models/mlp/unload", {})[0] == 200
+        assert server.json("GET", "/v2/models/mlp/ready")[0] == 404
+        assert server.json("POST", "/v2/repository/models/mlp/load", {})[0] == 200
+        with Client(server.url) as client:
+            out = client.infer("mlp", {"x": np.ones((2, 512), np.float32)})
+        assert out["output0"].shape == (2, 512)

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from servers import Server, make_repository, server_binary
+from servers import VENV_BIN, Server, make_repository, server_binary
 
 
 def simple_body(rows=1, seed=0):
@@ -183,3 +183,15 @@ def test_log_requests_and_default_host(model_repository):
 def test_bad_flags_exit_with_one_line(argv, message):
     r = subprocess.run([str(server_binary()), *argv], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.skipif(not (VENV_BIN / "aotc-server").exists(), reason="aotc-server is not installed in .venv (make build)")
+def test_aotc_serve_execs_the_server_with_its_flags(model_repository):
+    with Server("cli", model_repository, "--api-key", "k", "--max-body-bytes", "4096", "--log-requests") as s:
+        auth = {"Authorization": "Bearer k"}
+        assert s.json("GET", "/v2/models/simple")[0] == 401
+        assert s.json("GET", "/v2/models/simple", headers=auth)[0] == 200
+        status, _, _ = s.request("POST", "/v2/models/mlp/infer", b"{" + b" " * 5000 + b"}", auth)
+        assert status == 413
+        assert s.stop() == 0
+        assert "GET /v2/models/simple 200" in s.log()

@@ -86,7 +86,8 @@ def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
 
 def test_batched_mlp_matches_eager(tmp_path, pkg_mlp):
     (xs,), (ys,) = read_samples(pkg_mlp)[0]
-    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp}, {"mlp": {"max_queue_delay_us": 5000}})
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp},
+                           {"mlp": {"max_queue_delay_us": 5000, "num_runners": 2}})
     with Server("cpp", repo) as s:
         def client(i):
             x = xs[i:i + 1].astype(np.float32)
@@ -259,3 +260,21 @@ def test_queue_limit_and_timeout_answer_503(tmp_path, pkg_mlp):
             t.join(60)
         text = s.request("GET", "/metrics")[2].decode()
         assert metric(text, "nv_inference_request_failure", "mlp", reason="CANCELED") == 1
+
+
+def test_preferred_batch_size_goes_without_waiting_for_the_delay(tmp_path, pkg_simple):
+    # A 60 s queue delay: the four requests are answered within their 30 s timeout only because a batch of
+    # the preferred size 4 goes at once.
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple}, {"simple": {
+        "max_batch_size": 16, "max_queue_delay_us": 60_000_000, "preferred_batch_sizes": [4]}})
+    with Server("cpp", repo, request_timeout=30) as s:
+        def client(i):
+            a = np.full((1, 16), i, np.int32)
+            status, r = s.json("POST", "/v2/models/simple/infer", simple_request(a, a))
+            assert status == 200 and r["outputs"][0]["data"] == [2 * i] * 16, r
+
+        assert run_clients(4, client) == []
+        _, st = s.json("GET", "/v2/models/simple/stats")
+        assert [b["batch_size"] for b in st["model_stats"][0]["batch_stats"]] == [4]
+        _, cfg = s.json("GET", "/v2/models/simple/config")
+        assert cfg["dynamic_batching"]["preferred_batch_size"] == [4] and cfg["max_batch_size"] == 16

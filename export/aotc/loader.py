@@ -107,6 +107,9 @@ class Runner:
             if got != spec["dtype"]:
                 raise InputError(f"input '{name}' has dtype {got}, the package expects {spec['dtype']}; cast "
                                  f"with x.to(torch.{spec['dtype']})")
+            if x.device.type != self.manifest["device"]:
+                raise InputError(f"input '{name}' is on {x.device.type}, the package runs on "
+                                 f"{self.manifest['device']}; move it with x.to('{self.manifest['device']}')")
             if x.dim() != len(spec["shape"]):
                 raise InputError(f"input '{name}' has {x.dim()} dims {list(x.shape)}, the package expects "
                                  f"{len(spec['shape'])} dims {spec['shape']}")

@@ -105,7 +105,8 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
             if report.python_ops_in_wrapper(_wrapper_sources(compiled)) and not opts.allow_python_ops:
-                raise ExportError(_python_ops_message(graph["python_ops"] or ["an op without a C shim"]))
+                raise ExportError(_python_ops_message(graph["python_ops"] + graph["aten_without_c_shim"]
+                                                     or ["an op without a C shim"]))
             manifest = package.finalize(compiled, out, manifest, sample_bytes)
             size = os.path.getsize(out)
             note["text"] = f"{size / 1e6:.1f} MB"

@@ -18,7 +18,8 @@ _BUILTIN_NAMESPACES = {"aten", "prims", "_quantized", "quantized", "mkldnn", "on
 
 
 def graph_report(ep) -> dict:
-    """{'ops': {op: count}, 'fallback_ops': [...], 'python_ops': [...], 'nodes': n} of Inductor's graph."""
+    """{'ops': {op: count}, 'fallback_ops', 'python_ops' (custom ops with no lowering: need the proxy
+    executor), 'aten_without_c_shim' (fallbacks that would need it too), 'nodes': n} of Inductor's graph."""
     import torch
     from torch._inductor import lowering
     from torch._inductor.decomposition import select_decomp_table
@@ -31,6 +32,7 @@ def graph_report(ep) -> dict:
     counts: Counter[str] = Counter()
     fallback: set[str] = set()
     python_ops: set[str] = set()
+    no_shim: set[str] = set()
     for node in decomposed.graph.nodes:
         if node.op != "call_function":
             continue
@@ -48,14 +50,22 @@ def graph_report(ep) -> dict:
             fallback.add(name)
             if target.namespace == "aten" and inductor_fallback_ops and name not in inductor_fallback_ops:
                 python_ops.add(name)
-        elif target.namespace not in _c_shim_namespaces():
+        elif target.namespace not in _c_shim_namespaces() and not _is_triton_op(target):
             python_ops.add(name)
     return {
         "nodes": sum(counts.values()),
         "ops": dict(counts.most_common()),
         "fallback_ops": sorted(fallback),
         "python_ops": sorted(python_ops),
+        "aten_without_c_shim": sorted(no_shim),
     }
+
+
+def _is_triton_op(target) -> bool:
+    """A torch.library.triton_op (e.g. aotc::embedding_bag): AOTInductor compiles its kernels into the .so."""
+    from torch._library import triton as lib_triton
+
+    return target._schema.name in getattr(lib_triton, "triton_ops_to_kernels", {})
 
 
 def _c_shim_namespaces() -> set[str]:

@@ -25,24 +25,30 @@ _ERRORS = {"invalid_input": InputError, "package_refused": PackageError, "not_fo
            "internal": RunError}
 
 
-def _module():
-    """aotc._runtime, loaded after libstdc++ is made global (see aotc.loader.ensure_libstdcxx_global)."""
-    from aotc.loader import ensure_libstdcxx_global
+_loaded = None
 
-    ensure_libstdcxx_global()
-    try:
-        from aotc import _runtime
-    except ImportError as e:
-        raise AotcError(f"the C++ runtime module aotc._runtime is not available ({e}); build it with `make build`") from e
-    return _runtime
+
+def _module():
+    """aotc._runtime, loaded once, after libstdc++ is made global (see aotc.loader.ensure_libstdcxx_global)."""
+    global _loaded
+    if _loaded is None:
+        from aotc.loader import ensure_libstdcxx_global
+
+        ensure_libstdcxx_global()
+        try:
+            from aotc import _runtime
+        except ImportError as e:
+            raise AotcError(f"the C++ runtime module aotc._runtime is not available ({e}); build it with "
+                            "`make build`") from e
+        _loaded = _runtime
+    return _loaded
 
 
 def _call(fn, *args, **kwargs):
     """Runs a _runtime call, re-raising its Error(kind, message) as the aotc error type for `kind`."""
-    rt = _module()
     try:
         return fn(*args, **kwargs)
-    except rt.Error as e:
+    except _module().Error as e:
         kind, message = e.args if len(e.args) == 2 else ("internal", str(e))
         raise _ERRORS.get(kind, RunError)(message) from None
 

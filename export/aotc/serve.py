@@ -34,6 +34,8 @@ def server_argv(args) -> list[str]:
         argv += ["--poll-repository", str(args.poll_repository)]
     if args.log_requests:
         argv.append("--log-requests")
+    if getattr(args, "max_body_bytes", None):
+        argv += ["--max-body-bytes", str(args.max_body_bytes)]
     return argv
 
 

@@ -3,7 +3,8 @@
 It serves a model repository DIR/<model>/<version>/model.pt2 through PyTorch's in-process AOTI loader
 (aotc.loader), or one model file run eagerly (`--eager MODEL.py --name NAME`): the way most teams serve
 PyTorch today, and what aotc-server is measured against. It is not the production server: no dynamic
-batching, no auth. Requests are validated against the manifest (aotc_client.wire) before the model runs.
+batching, no repository polling. This file loads models and starts uvicorn; the routes are in
+serve_python_app.py. Requests are validated against the manifest (aotc_client.wire) before the model runs.
 Concurrency: one asyncio event loop parses and answers; the model runs in Starlette's thread pool, one
 call at a time per model (a lock), so torch's own intra-op threads are not oversubscribed.
 """
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 
-from aotc_client.errors import AotcError, RequestError
+from aotc_client.errors import AotcError
 from aotc_client.specs import TensorSpec, specs_from_manifest
 
 DEFAULT_BODY_LIMIT = 64 << 20

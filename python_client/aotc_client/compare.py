@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import AotcError, ParityError
+from .errors import ParityError
 
 # Defaults by dtype when neither the manifest nor the model file gives a tolerance.
 DEFAULT_TOLERANCE = {
@@ -97,5 +97,3 @@ def assert_close(actual: dict, expected: dict, atol: float | None = None, rtol: 
         raise ParityError(f"{what} differ from the reference: " + "; ".join(r.line() for r in bad))
     return results
 
-
-__all__ = ["Comparison", "compare_array", "compare_outputs", "assert_close", "default_tolerance", "AotcError"]

@@ -144,6 +144,28 @@ void HttpServer::Impl::route_table() {
     r.body = std::move(body);
   };
   routes = {
+      // The hot path first: most requests match the first pattern tried.
+      {"POST", std::regex(m + "/infer"),
+       [](Impl& s, Call& c, Reply& r) {
+         s.repo.get(c.model(), c.version());  // unknown (404) or not ready (503) before parsing the body
+         InferRequest req;
+         std::string hl = c.req.get_header_value("Inference-Header-Content-Length");
+         if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
+           throw bad_request("Inference-Header-Content-Length must be a byte count, got '" + hl + "'");
+         if (!hl.empty() && std::stoull(hl) == 0) {
+           req = service::raw_request(s.repo, c.model(), c.version(), std::move(c.body));
+         } else {
+           req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
+           req.model = c.model();
+           req.version = c.version();
+         }
+         size_t json_length = 0;
+         r.body = codec::write_infer_response(service::infer(s.repo, std::move(req)), &json_length);
+         if (json_length != std::string::npos) {
+           r.header_length = json_length;
+           r.content_type = "application/octet-stream";
+         }
+       }},
       {"GET", std::regex("/v2/health/live"), [json](Impl&, Call&, Reply& r) { json(r, codec::write_flag("live", true)); }},
       {"GET", std::regex("/v2/health/ready"),
        [json](Impl& s, Call&, Reply& r) { json(r, codec::write_flag("ready", s.ready), s.ready ? 200 : 503); }},
@@ -180,27 +202,6 @@ void HttpServer::Impl::route_table() {
          std::vector<ModelStats> st;
          for (const auto& sc : s.repo.schedulers(c.model(), c.version())) st.push_back(sc->stats());
          json(r, codec::write_stats(st));
-       }},
-      {"POST", std::regex(m + "/infer"),
-       [](Impl& s, Call& c, Reply& r) {
-         s.repo.get(c.model(), c.version());  // unknown (404) or not ready (503) before parsing the body
-         InferRequest req;
-         std::string hl = c.req.get_header_value("Inference-Header-Content-Length");
-         if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
-           throw bad_request("Inference-Header-Content-Length must be a byte count, got '" + hl + "'");
-         if (!hl.empty() && std::stoull(hl) == 0) {
-           req = service::raw_request(s.repo, c.model(), c.version(), std::move(c.body));
-         } else {
-           req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
-           req.model = c.model();
-           req.version = c.version();
-         }
-         size_t json_length = 0;
-         r.body = codec::write_infer_response(service::infer(s.repo, std::move(req)), &json_length);
-         if (json_length != std::string::npos) {
-           r.header_length = json_length;
-           r.content_type = "application/octet-stream";
-         }
        }},
       {"POST", std::regex("/v2/repository/index"),
        [json](Impl& s, Call&, Reply& r) { json(r, codec::write_repository_index(s.repo.index())); }},
@@ -297,6 +298,9 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repo, ServerInf
       headers.emplace("X-Aotc-Content-Encoding", it->second);
       headers.erase(it);
     }
+    // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112 6.3); httplib would
+    // read until the client closes (`curl -X POST` without data would wait for the read timeout).
+    if (!headers.count("Content-Length") && !headers.count("Transfer-Encoding")) headers.emplace("Content-Length", "0");
     return httplib::Server::HandlerResponse::Unhandled;
   });
   auto handler = [&s](const httplib::Request& req, httplib::Response& res) { s.dispatch(req, res); };

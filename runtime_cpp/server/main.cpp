@@ -5,11 +5,11 @@
 // with sigwait), and each model version's runners (scheduler.h). Shutdown: a signal stops accepting; every
 // accepted request is answered; exit 0.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
       std::fputs(usage(), stdout);
       return 0;
     }
-    if (!std::filesystem::is_directory(options.model_repository))
+    struct stat st {};
+    if (::stat(options.model_repository.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw std::invalid_argument("--model-repository '" + options.model_repository + "' is not a directory");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "aotc-server: error: %s\n", e.what());

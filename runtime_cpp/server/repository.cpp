@@ -1,19 +1,21 @@
 // Repository (repository.h): scanning the directory, loading versions, hot swap and unloading.
 //
-// A scan lists what is on disk; sync() then loads every version that is new or whose model.pt2 changed
-// (size or mtime), off the lookup lock, and swaps it in under the lock. A version that fails to load is
-// recorded with its reason and never replaces a READY one. Replaced and removed schedulers are released
-// outside the lock; each lives on until the requests holding it are answered.
+// A scan lists what is on disk; sync() then loads every version that is new or whose model.pt2 (size or
+// mtime) or config.json changed, off the lookup lock, and swaps it in under the lock. A version that fails
+// to load is recorded with its reason and never replaces a READY one. Replaced and removed schedulers are
+// released outside the lock; each lives on until the requests holding it are answered.
+// Directory scanning uses POSIX calls, not std::filesystem: CUDA builds of libtorch 2.11 export their own
+// copies of std::filesystem functions, which an executable linked against them can bind to.
 #include "repository.h"
 
+#include <dirent.h>
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "codec.h"
-
-namespace fs = std::filesystem;
 
 namespace aotc::server {
 
@@ -33,37 +35,47 @@ bool all_digits(const std::string& s) {
   return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::string read_file(const fs::path& p) {
+std::string read_file(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
 }
 
+// Names in `dir` (no "." entries); empty when it cannot be read.
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::vector<Repository::Found> scan(const std::string& root) {
   std::vector<Repository::Found> out;
-  std::error_code ec;
-  for (const auto& mdir : fs::directory_iterator(root, ec)) {
-    std::string name = mdir.path().filename().string();
-    if (name.empty() || name[0] == '.' || !mdir.is_directory(ec)) continue;
+  struct stat st {};
+  for (const std::string& name : list_dir(root)) {
+    std::string mdir = root + "/" + name;
+    if (::stat(mdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
     Repository::Found base;
     base.model = name;
-    fs::path cfg = mdir.path() / "config.json";
-    if (fs::exists(cfg, ec)) {
+    std::string cfg = mdir + "/config.json";
+    if (::stat(cfg.c_str(), &st) == 0) {
       base.has_config = true;
       base.config_text = read_file(cfg);
     }
     bool any = false;
-    for (const auto& vdir : fs::directory_iterator(mdir.path(), ec)) {
-      std::string v = vdir.path().filename().string();
-      fs::path pkg = vdir.path() / "model.pt2";
-      if (!all_digits(v) || !fs::is_regular_file(pkg, ec)) continue;
+    for (const std::string& v : list_dir(mdir)) {
+      std::string pkg = mdir + "/" + v + "/model.pt2";
+      if (!all_digits(v) || ::stat(pkg.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       Repository::Found f = base;
       f.version = std::stoll(v);
-      f.path = pkg.string();
-      f.size = static_cast<int64_t>(fs::file_size(pkg, ec));
-      f.mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       fs::last_write_time(pkg, ec).time_since_epoch()).count();
+      f.path = pkg;
+      f.size = static_cast<int64_t>(st.st_size);
+      f.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
       out.push_back(std::move(f));
       any = true;
     }
@@ -148,7 +160,7 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
       auto it = e.versions.find(f.version);
       if (it != e.versions.end()) current = it->second;
     }
-    bool unchanged = current.mtime_ns == f.mtime_ns && current.size == f.size;
+    bool unchanged = current.mtime_ns == f.mtime_ns && current.size == f.size && current.config_text == f.config_text;
     if (unchanged && (!force || current.state == "READY")) continue;
 
     std::string vstr = std::to_string(f.version);
@@ -170,6 +182,7 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
     v.path = f.path;
     v.mtime_ns = f.mtime_ns;
     v.size = f.size;
+    v.config_text = f.config_text;
     if (fresh) {
       if (v.scheduler) released.push_back(std::move(v.scheduler));
       v.scheduler = std::move(fresh);

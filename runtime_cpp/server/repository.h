@@ -47,6 +47,7 @@ class Repository {
     std::shared_ptr<Scheduler> scheduler;
     int64_t mtime_ns = 0;
     int64_t size = -1;
+    std::string config_text;  // the config.json it was loaded with
   };
   struct Entry {
     std::map<int64_t, Version> versions;

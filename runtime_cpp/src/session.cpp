@@ -5,6 +5,9 @@
 // swapped after the check is never loaded. Concurrency: AOTIModelContainer keeps `num_runners` model
 // instances and makes a caller wait until one is free (model_container.h, get_available_model), so
 // run() needs no lock of its own.
+#include <ftw.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -42,8 +45,10 @@ class TempDir {
     path_ = tmpl;
   }
   ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    // POSIX rather than fs::remove_all: torch 2.11's CUDA libtorch exports its own copy of
+    // std::filesystem::remove_all, executables can bind to it, and that copy crashes (a call through null).
+    nftw(path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 8,
+         FTW_DEPTH | FTW_PHYS);
   }
   const fs::path& path() const { return path_; }
 

@@ -53,18 +53,18 @@ void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& in
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
     const at::Tensor& t = inputs[i];
-    const std::string who = "input '" + spec.name + "'";
-    if (!t.defined()) invalid(who + " is missing (undefined tensor)");
+    auto who = [&spec] { return "input '" + spec.name + "'"; };  // built only on the error path
+    if (!t.defined()) invalid(who() + " is missing (undefined tensor)");
     if (t.scalar_type() != to_scalar_type(spec.dtype)) {
-      invalid(who + " has dtype " + dtype_of(t) + ", the package expects " + dtype_name(spec.dtype) +
+      invalid(who() + " has dtype " + dtype_of(t) + ", the package expects " + dtype_name(spec.dtype) +
               "; cast it to " + dtype_name(spec.dtype));
     }
     if (t.device().type() != c10::kCPU && t.device().type() != want_device) {
-      invalid(who + " is on " + t.device().str() + ", the package runs on " + manifest.device);
+      invalid(who() + " is on " + t.device().str() + ", the package runs on " + manifest.device);
     }
-    if (t.layout() != c10::kStrided) invalid(who + " is sparse, expected a dense tensor");
+    if (t.layout() != c10::kStrided) invalid(who() + " is sparse, expected a dense tensor");
     if (static_cast<size_t>(t.dim()) != spec.shape.size()) {
-      invalid(who + " has " + std::to_string(t.dim()) + " dims " + join_shape(t.sizes()) +
+      invalid(who() + " has " + std::to_string(t.dim()) + " dims " + join_shape(t.sizes()) +
               ", the package expects " + std::to_string(spec.shape.size()) + " dims " + join_shape(spec.shape));
     }
     for (size_t d = 0; d < spec.shape.size(); ++d) {
@@ -72,11 +72,11 @@ void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& in
       const auto [lo, hi] = spec.ranges[d];
       if (spec.shape[d] >= 0) {
         if (got != spec.shape[d]) {
-          invalid(who + " dim " + std::to_string(d) + " is " + std::to_string(got) + ", the package expects " +
+          invalid(who() + " dim " + std::to_string(d) + " is " + std::to_string(got) + ", the package expects " +
                   std::to_string(spec.shape[d]));
         }
       } else if (got < lo || (hi >= 0 && got > hi)) {
-        invalid(who + " dim " + std::to_string(d) + " is " + std::to_string(got) + ", the package accepts " +
+        invalid(who() + " dim " + std::to_string(d) + " is " + std::to_string(got) + ", the package accepts " +
                 std::to_string(lo) + ".." + (hi >= 0 ? std::to_string(hi) : std::string("any")));
       }
     }

@@ -88,6 +88,8 @@ def embedding_bag(
 
     per_sample_weights is [N] when has_per_sample_weights, else any tensor (ignored); padding_idx -1: none.
     """
+    weight, indices, offsets = weight.contiguous(), indices.contiguous(), offsets.contiguous()
+    per_sample_weights = per_sample_weights.contiguous()
     num_bags = offsets.shape[0] - 1 if include_last_offset else offsets.shape[0]
     dim = weight.shape[1]
     out = torch.empty((num_bags, dim), dtype=weight.dtype, device=weight.device)

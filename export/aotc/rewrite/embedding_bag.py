@@ -220,7 +220,11 @@ def rewrite(ep, example_inputs: tuple, device: str, choice: str):
     if choice == "auto" and nodes:
         from aotc.rewrite import eb_measure
 
-        times, skipped = eb_measure.measure(ep, example_inputs, plans, candidates_for(device), device)
+        try:
+            times, skipped = eb_measure.measure(ep, example_inputs, plans, candidates_for(device), device)
+        except Exception as err:  # measuring is an optimisation: never fail an export over it
+            why = (str(err).splitlines() or [""])[0][:200]
+            times, skipped = {"aten": 0.0}, {"all": f"measurement failed ({type(err).__name__}: {why}); kept ATen"}
         report["candidates_ms"] = {k: round(v, 4) for k, v in times.items()}
         if skipped:
             report["skipped"] = skipped
