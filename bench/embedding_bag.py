@@ -183,7 +183,8 @@ def aotc_export(spec: str, out: str, device: str):
     r = subprocess.run([sys.executable, "-m", "aotc.cli", "export", spec, "-o", out, "--device", device],
                        cwd=REPO, capture_output=True, text=True)
     chosen = [line for line in r.stdout.splitlines() if line.startswith("rewrite")]
-    print("   ", spec, chosen[0] if chosen else r.stderr[-2000:], flush=True)
+    if r.returncode != 0 or chosen:
+        print("   ", spec, chosen[0] if chosen else r.stderr[-2000:], flush=True)
     if r.returncode != 0:
         return None
     runner = torch._inductor.aoti_load_package(out)

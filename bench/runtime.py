@@ -5,7 +5,8 @@ runner (torch._inductor.aoti_load_package) and the aotc C++ runtime (`aotc-run -
 
 Packages are taken from .cache/pkgs/<model>.pt2 (exported with `aotc export models/<model>.py` when
 missing). Inputs for a batch come from the model file's make_inputs(batch), else its example inputs tiled
-or cut along dim 0. Every backend runs the same inputs, single caller, libtorch's default intra-op threads;
+or cut along dim 0. Every backend runs the same inputs, one caller, the same intra-op threads (default 1: on a shared
+machine a second thread mostly measures the scheduler);
 each timing is one call, after warm-up; backends take turns (--rounds) so that
 background load falls on all alike. Prints a markdown table; --write-docs puts it into the section
 "Runtime, CPU" of docs/benchmarks.md. A measurement, not a test: it asserts nothing about speed.
@@ -83,7 +84,7 @@ def _cpp(pkg: Path, inputs: tuple, calls: int) -> tuple[float, float]:
             files.append(os.path.join(tmp, f"in{i}.npy"))
             np.save(files[-1], x.numpy())
         r = subprocess.run([str(_aotc_run()), str(pkg), *files, "--bench", str(calls), "--warmup", "10"],
-                           capture_output=True, text=True, env={})
+                           capture_output=True, text=True, env={"OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]})
     m = re.search(r"p50_us=([\d.]+) p90_us=([\d.]+)", r.stdout)
     if r.returncode != 0 or not m:
         sys.exit(f"aotc-run failed on {pkg}: {r.stderr.strip() or r.stdout}")
@@ -151,9 +152,15 @@ def main() -> int:
     ap.add_argument("--max-calls", type=int, default=300, help="timed calls per backend and round")
     ap.add_argument("--rounds", type=int, default=3, help="times each backend is measured, in turns")
     ap.add_argument("--write-docs", action="store_true", help=f"write the table into {DOC.relative_to(REPO)}")
+    ap.add_argument("--intra-op-threads", type=int, default=1,
+                    help="threads one call may use, in every backend (OMP_NUM_THREADS / torch.set_num_threads)")
     args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.intra_op_threads)
     import torch
 
+    torch.set_num_threads(args.intra_op_threads)
+
+    load_before = os.getloadavg()[0]
     rows = []
     for name in args.models.split(","):
         for batch in map(int, args.batches.split(",")):
@@ -162,7 +169,8 @@ def main() -> int:
                   file=sys.stderr)
     cmd = "python bench/runtime.py " + " ".join(sys.argv[1:])
     text = (f"{SECTION}\n\nPer-call latency in microseconds, median / p90, one caller, CPU "
-            f"(torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} intra-op threads), "
+            f"(torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} intra-op threads, "
+            f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f} from other processes), "
             f"{time.strftime('%Y-%m-%d', time.gmtime())}. Command: `{cmd.strip()}`.\n"
             "eager and torch.compile run the model file's module; the AOTI Python runner is "
             "`torch._inductor.aoti_load_package`; the C++ runtime is `aotc-run PKG in.npy --bench N` "

@@ -143,12 +143,13 @@ def compare(got, want, tol: dict) -> dict:
                 "note": f"got {got.dtype}{list(got.shape)}, eager gave {want.dtype}{list(want.shape)}"}
     a, b = got.detach().cpu().double(), want.detach().cpu().double()
     both_nan = torch.isnan(a) & torch.isnan(b)
-    diff = torch.where(both_nan, torch.zeros_like(a), (a - b).abs())
+    diff = torch.where(both_nan | (a == b), torch.zeros_like(a), (a - b).abs())
     diff = torch.nan_to_num(diff, nan=float("inf"))
-    ok = bool((diff <= tol["atol"] + tol["rtol"] * b.abs()).all()) if diff.numel() else True
+    within = (diff <= tol["atol"] + tol["rtol"] * b.abs()) | both_nan | (a == b)  # a == b: same infinities
+    ok = bool(within.all()) if diff.numel() else True
     max_abs = float(diff.max()) if diff.numel() else 0.0
     rel = diff / b.abs().clamp_min(1e-12)
-    significant = b.abs() > tol["atol"]
+    significant = (b.abs() > tol["atol"]) & ~both_nan
     max_rel = float(rel[significant].max()) if bool(significant.any()) else 0.0
     return {"max_abs": max_abs, "max_rel": max_rel, "ok": ok}
 

@@ -68,6 +68,15 @@ def _is_triton_op(target) -> bool:
     return target._schema.name in getattr(lib_triton, "triton_ops_to_kernels", {})
 
 
+def _is_triton_op(op) -> bool:
+    """A torch.library.triton_op: Inductor compiles its Triton kernels into the package, no Python needed."""
+    try:
+        from torch._library.triton import triton_ops_to_kernels
+    except ImportError:
+        return False
+    return op._schema.name in triton_ops_to_kernels
+
+
 def _c_shim_namespaces() -> set[str]:
     """Namespaces whose custom ops Inductor calls through user-registered C shims (none by default)."""
     from torch._inductor import config
@@ -78,7 +87,7 @@ def _c_shim_namespaces() -> set[str]:
 
 def python_ops_in_wrapper(wrapper_sources: list[str]) -> bool:
     """True when generated wrapper code calls back through the proxy executor (Python at run time)."""
-    return any("proxy_executor" in src and "call_function" in src for src in wrapper_sources)
+    return any("aoti_torch_proxy_executor_call_function(" in src for src in wrapper_sources)
 
 
 class Progress:

@@ -261,9 +261,9 @@ void HttpServer::Impl::dispatch(const httplib::Request& req, httplib::Response& 
   res.status = reply.status;
   if (reply.header_length) res.set_header("Inference-Header-Content-Length", std::to_string(*reply.header_length));
   std::string ae = req.get_header_value("Accept-Encoding");
-  // httplib compresses JSON itself when gzip or br is accepted; the rest (binary, deflate only) is ours.
-  bool httplib_compresses = !reply.header_length && reply.content_type == "application/json" &&
-                            (accepts(ae, "gzip") || accepts(ae, "br"));
+  // httplib compresses JSON and text itself when gzip or br is accepted; the rest (binary, deflate only) is ours.
+  bool compressible = reply.content_type == "application/json" || reply.content_type.rfind("text/", 0) == 0;
+  bool httplib_compresses = !reply.header_length && compressible && (accepts(ae, "gzip") || accepts(ae, "br"));
   if (!ae.empty() && !httplib_compresses) {
     if (accepts(ae, "gzip")) {
       reply.body = compress_body(reply.body, true);

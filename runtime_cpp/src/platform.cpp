@@ -54,6 +54,14 @@ std::string host_arch() {
 std::string cuda_arch_of(int device) {
   using GetAttr = int (*)(int*, int, int);
   auto fn = reinterpret_cast<GetAttr>(dlsym(RTLD_DEFAULT, "cudaDeviceGetAttribute"));
+  // Loaded by a module opened RTLD_LOCAL (the Python extension), the runtime is not in the global scope:
+  // ask for the already-loaded library by name, never loading a new one.
+  for (const char* lib : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}) {
+    if (fn != nullptr) break;
+    if (void* h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD)) {
+      fn = reinterpret_cast<GetAttr>(dlsym(h, "cudaDeviceGetAttribute"));
+    }
+  }
   if (fn == nullptr) return "";
   int major = 0, minor = 0;
   constexpr int kMajor = 75, kMinor = 76;  // cudaDevAttrComputeCapabilityMajor/Minor

@@ -1,0 +1,107 @@
+"""Unit tests of the export stages that need no compile: graph report, parity arithmetic, tolerances,
+size plans, sample encoding, option parsing. Fast; run in-process."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from aotc import export as exp
+from aotc import package, parity, report
+from aotc.errors import ExportError
+from aotc.load_model import load_model_file
+from aotc.pipeline import parse_dynamic_batch, tolerance_for
+from conftest import REPO
+
+
+class Bags(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(100, 8, mode="mean")
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, ids, offsets):
+        # ids: [N] int64, offsets: [B] int64 -> [B, 4]
+        return torch.relu(self.fc(self.bag(ids, offsets)))
+
+
+def test_graph_report_finds_the_embedding_bag_fallback():
+    ep = torch.export.export(Bags(), (torch.randint(0, 100, (10,)), torch.tensor([0, 3, 7])))
+    g = report.graph_report(ep)
+    assert g["fallback_ops"] == ["aten._embedding_bag.default"]
+    assert g["python_ops"] == [] and g["ops"]["aten._embedding_bag.default"] == 1
+    assert g["ops"]["aten.addmm.default"] == 1 and g["nodes"] == sum(g["ops"].values())
+
+
+def test_graph_report_of_the_mlp_has_no_fallback():
+    mf = load_model_file(str(REPO / "models/mlp.py"))
+    ep = exp.export_model(mf.model, mf.example_inputs, mf.dynamic_shapes, False, mf.input_names)
+    g = report.graph_report(ep)
+    assert g["fallback_ops"] == [] and g["ops"] == {"aten.permute.default": 2, "aten.addmm.default": 2,
+                                                    "aten.relu.default": 1}
+
+
+def test_strict_export_of_the_mlp():
+    mf = load_model_file(str(REPO / "models/mlp.py"))
+    ep = exp.export_model(mf.model, mf.example_inputs, mf.dynamic_shapes, True, mf.input_names)
+    ins, outs, batch = package.tensor_specs(ep, ["x"], ["y"])
+    assert ins == [{"name": "x", "dtype": "float32", "shape": [-1, 512], "ranges": [[1, 1024], [512, 512]]}]
+    assert outs[0]["shape"] == [-1, 512] and batch == {"min": 1, "max": 1024}
+
+
+def test_tensor_specs_without_a_shared_batch():
+    ep = torch.export.export(Bags(), (torch.randint(0, 100, (10,)), torch.tensor([0, 3, 7])), dynamic_shapes={
+        "ids": {0: torch.export.Dim("n", min=1, max=500)}, "offsets": {0: torch.export.Dim("b", max=64)}})
+    ins, outs, batch = package.tensor_specs(ep, ["ids", "offsets"], ["out"])
+    assert ins[0]["ranges"] == [[1, 500]] and ins[1]["shape"] == [-1]
+    assert outs[0]["shape"] == [-1, 4] and batch is None
+
+
+def test_compare_uses_atol_plus_rtol_and_matches_nans():
+    want = torch.tensor([1.0, 100.0, float("nan")])
+    assert parity.compare(want + torch.tensor([5e-5, 5e-3, 0.0]), want, {"atol": 1e-4, "rtol": 1e-4})["ok"]
+    bad = parity.compare(want + torch.tensor([0.0, 0.1, 0.0]), want, {"atol": 1e-4, "rtol": 1e-4})
+    assert not bad["ok"] and bad["max_abs"] == pytest.approx(0.1, rel=1e-3)
+    assert not parity.compare(torch.zeros(2, 3), torch.zeros(3, 2), {"atol": 1, "rtol": 1})["ok"]
+    assert not parity.compare(torch.zeros(2), torch.zeros(2, dtype=torch.float64), {"atol": 1, "rtol": 1})["ok"]
+
+
+def test_size_plan_covers_min_max_and_an_odd_size():
+    assert parity._size_plan(1, 1024) == [("min", 1), ("max", 1024), ("odd", 37)]
+    assert parity._size_plan(2, 8) == [("min", 2), ("max", 8), ("odd", 5)]
+    assert parity._size_plan(4, 4) == [("min", 4), ("max", 4)]
+    assert parity._size_plan(0, 2**63 - 1)[1] == ("max", 4096)
+
+
+def test_tolerance_defaults_and_overrides():
+    mf = load_model_file(str(REPO / "models/mlp.py"))
+    assert tolerance_for(mf, "fp32") == {"atol": 1e-4, "rtol": 1e-4}
+    assert tolerance_for(mf, "bf16") == {"atol": 5e-2, "rtol": 5e-2}
+    mf.tolerance = {"atol": 1e-3, "rtol": 0.2}
+    assert tolerance_for(mf, "fp32") == {"atol": 1e-3, "rtol": 0.2}
+    assert tolerance_for(mf, "fp16") == {"atol": 1e-2, "rtol": 0.2}
+
+
+def test_npy_samples_are_v1_little_endian_and_bf16_keeps_its_bits():
+    x = torch.randn(3, 5)
+    arr = np.load(io.BytesIO(package.npy_bytes(x)))
+    assert arr.dtype == np.dtype("<f4") and np.array_equal(arr, x.numpy())
+    b = x.to(torch.bfloat16)
+    bits = np.load(io.BytesIO(package.npy_bytes(b)))
+    assert bits.dtype == np.dtype("<u2")
+    assert torch.equal(torch.from_numpy(bits.astype(np.int32)).to(torch.int16).view(torch.bfloat16), b)
+
+
+@pytest.mark.parametrize("text, expected", [("1:1024", (1, 1024)), ("8:8", (8, 8))])
+def test_parse_dynamic_batch(text, expected):
+    assert parse_dynamic_batch(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8", "0:4", "9:3", "a:b", ":"])
+def test_parse_dynamic_batch_refuses(text):
+    with pytest.raises(ExportError, match="expected MIN:MAX"):
+        parse_dynamic_batch(text)
