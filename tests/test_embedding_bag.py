@@ -148,3 +148,20 @@ def test_triton_kernel_cuda_matches_aten(dtype, mode, padding_idx, include_last_
     assert_matches_aten(out, a, atol=tol, rtol=tol)
     for name, fn in LOWERINGS.items():
         assert_matches_aten(fn(a), a, atol=tol, rtol=tol)
+
+
+def test_hand_decomposed_model_file_equals_the_embedding_bag_model():
+    """models/embedding_bag_decomposed.py (padded ids + mask) answers like models/embedding_bag.py."""
+    import importlib.util
+    from pathlib import Path
+
+    models = Path(__file__).resolve().parents[1] / "models"
+    spec = importlib.util.spec_from_file_location("eb_decomposed_model", models / "embedding_bag_decomposed.py")
+    dec = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dec)
+    jagged_model, padded_model = dec.jagged.model(), dec.model()
+    for batch, seed in ((1, 0), (33, 1), (200, 2)):
+        inputs = dec.jagged.make_inputs(batch, max_bag=40, seed=seed)
+        with torch.no_grad():
+            torch.testing.assert_close(padded_model(*dec.from_jagged(inputs)), jagged_model(*inputs),
+                                       atol=1e-5, rtol=1e-5)

@@ -49,7 +49,7 @@ def graph_report(ep) -> dict:
         if target.namespace in _BUILTIN_NAMESPACES:
             fallback.add(name)
             if target.namespace == "aten" and inductor_fallback_ops and name not in inductor_fallback_ops:
-                python_ops.add(name)
+                no_shim.add(name)  # Inductor may still lower it; the compiled wrapper tells for sure
         elif target.namespace not in _c_shim_namespaces() and not _is_triton_op(target):
             python_ops.add(name)
     return {
@@ -62,19 +62,11 @@ def graph_report(ep) -> dict:
 
 
 def _is_triton_op(target) -> bool:
-    """A torch.library.triton_op (e.g. aotc::embedding_bag): AOTInductor compiles its kernels into the .so."""
+    """A torch.library.triton_op (e.g. aotc::embedding_bag): AOTInductor compiles its kernels into the .so.
+    Every op in the `aotc` namespace is one (export/aotc/kernels/)."""
     from torch._library import triton as lib_triton
 
-    return target._schema.name in getattr(lib_triton, "triton_ops_to_kernels", {})
-
-
-def _is_triton_op(op) -> bool:
-    """A torch.library.triton_op: Inductor compiles its Triton kernels into the package, no Python needed."""
-    try:
-        from torch._library.triton import triton_ops_to_kernels
-    except ImportError:
-        return False
-    return op._schema.name in triton_ops_to_kernels
+    return target.namespace == "aotc" or target._schema.name in getattr(lib_triton, "triton_ops_to_kernels", {})
 
 
 def _c_shim_namespaces() -> set[str]:

@@ -231,10 +231,10 @@ def main(args) -> int:
         p = argparse.ArgumentParser(prog="aotc bench")
         add_arguments(p)
         args = p.parse_args(args)
-    if not args.url and not getattr(args, "compare", None):
-        raise AotcError("aotc bench needs --url URL or --compare URL1 URL2 ...")
     # `aotc bench --url A --compare B C` and `--compare A B C` both measure A, B, C with ratios to A
     urls = list(dict.fromkeys(([args.url] if args.url else []) + list(getattr(args, "compare", None) or [])))
+    if not urls:
+        raise AotcError("aotc bench needs --url URL or --compare URL1 URL2 ...")
     binary = getattr(args, "encoding", "json" if getattr(args, "json", False) else "binary") == "binary"
     levels = run(urls, args.model, parse_concurrency(args.concurrency), args.duration, binary,
                  getattr(args, "batch", 1), getattr(args, "warmup", 0.5), getattr(args, "allow_remote", False),

@@ -60,6 +60,7 @@ def _time_all(fns: dict, device: str) -> dict[str, float]:
 
 
 def measure(ep, example_inputs, plans, candidates, device: str) -> tuple[dict[str, float], dict[str, str]]:
+    """Times each candidate lowering on every node's real arguments (nodes kept on ATen are left out)."""
     captured = capture(ep, example_inputs)
     pairs = [(p, args) for p, args in zip(plans, captured) if not p.note]
     if not pairs:
@@ -81,11 +82,11 @@ def measure(ep, example_inputs, plans, candidates, device: str) -> tuple[dict[st
     skipped: dict[str, str] = {}
     for name in candidates:
         fn = run_all(name)
-        if name == "triton":
-            import aotc.kernels.embedding_bag  # noqa: F401  (registers the op)
         if name in COMPILED:
             fn = torch.compile(fn, dynamic=False)
         try:
+            if name == "triton":
+                import aotc.kernels.embedding_bag  # noqa: F401  (registers the op)
             with torch.no_grad(), torch._dynamo.config.patch(capture_scalar_outputs=True):
                 outs = fn(*flat)  # compiles, and warms up
                 fn(*flat)
@@ -101,7 +102,7 @@ def measure(ep, example_inputs, plans, candidates, device: str) -> tuple[dict[st
     if device == "cpu":
         torch.set_num_threads(1)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch._dynamo.config.patch(capture_scalar_outputs=True):
             times = _time_all(ready, device)
     finally:
         torch.set_num_threads(threads)

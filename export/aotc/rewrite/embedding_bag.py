@@ -209,8 +209,9 @@ def _check_choice(choice: str, device: str) -> None:
 def rewrite(ep, example_inputs: tuple, device: str, choice: str):
     """Replaces every embedding-bag node of `ep` by the lowering `choice` (or the fastest, for auto).
 
-    Returns (new ExportedProgram, report): report = {"lowering", "candidates_ms", "nodes", "measure_s",
-    "details": [per node]}. `ep` is not modified when the lowering is "aten".
+    Returns (new ExportedProgram, report): report = {"lowering", "candidates_ms", "nodes", "details": [per
+    node]}, plus "measure_s" and "skipped" ({candidate: why}) for auto. The caller's `ep` is left as it was
+    (returned as is when every node stays on ATen). Raises ExportError for an unknown or impossible choice.
     """
     _check_choice(choice, device)
     nodes = find_nodes(ep.graph)
