@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
 SECTION = "## Runtime, CPU"
 BACKENDS = ("eager", "torch.compile", "AOTI Python runner", "aotc C++ runtime")
-BUDGET_S = 1.0  # time per measurement; calls = clamp(BUDGET_S / eager latency, 20, max_calls)
+BUDGET_S = 0.5  # per backend and round; calls = clamp(BUDGET_S / eager latency, MIN_CALLS, max_calls)
+MIN_CALLS = 10
 
 
 def _aotc_run() -> Path:
@@ -103,7 +104,7 @@ def measure(name: str, batch: int, max_calls: int, rounds: int) -> dict:
     inputs = _inputs(mf, batch)
     with torch.no_grad():
         eager = _time_calls(lambda: model(*inputs), 20)
-        calls = int(min(max_calls, max(20, BUDGET_S / (statistics.median(eager) / 1e6))))
+        calls = int(min(max_calls, max(MIN_CALLS, BUDGET_S / (statistics.median(eager) / 1e6))))
         compiled = torch.compile(model)
         compiled(*inputs)  # compile outside the timing
         ensure_libstdcxx_global()
@@ -149,8 +150,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="mlp,simple,bert")
     ap.add_argument("--batches", default="1,64")
-    ap.add_argument("--max-calls", type=int, default=300, help="timed calls per backend and round")
-    ap.add_argument("--rounds", type=int, default=3, help="times each backend is measured, in turns")
+    ap.add_argument("--max-calls", type=int, default=200, help="timed calls per backend and round")
+    ap.add_argument("--rounds", type=int, default=6, help="times each backend is measured, in turns")
     ap.add_argument("--write-docs", action="store_true", help=f"write the table into {DOC.relative_to(REPO)}")
     ap.add_argument("--intra-op-threads", type=int, default=1,
                     help="threads one call may use, in every backend (OMP_NUM_THREADS / torch.set_num_threads)")

@@ -123,3 +123,20 @@ def test_untampered_copy_is_accepted(pkg_mlp, tmp_path):
     copy = rewrite(pkg_mlp, tmp_path / "copy.pt2", lambda n, d: d)
     r = run_aotc_run(copy)
     assert r.returncode == 0, r.stderr
+
+
+def test_hash_check_can_be_turned_off_and_is_on_by_default(tampered):
+    # The .so is intact, only its recorded hash is wrong: loads when asked not to verify, refused otherwise.
+    pkg = tampered["wrong hash in manifest"]
+    session = Session(pkg, verify_hashes=False)
+    (x,), (want,) = session.samples()[0]
+    assert session.run([x])[0].shape == want.shape
+    with pytest.raises(PackageError):
+        Session(pkg)
+
+
+def test_num_runners_must_be_positive(pkg_mlp):
+    from aotc.errors import InputError
+
+    with pytest.raises(InputError, match="num_runners is 0"):
+        Session(pkg_mlp, num_runners=0)
