@@ -337,6 +337,11 @@ ModelConfig parse_model_config(const std::string& text) {
   get_int("max_queue_delay_us", c.max_queue_delay_us, 0);
   get_int("num_runners", c.num_runners, 1);
   get_int("max_queue_size", c.max_queue_size, 1);
+  int64_t device_index = -1;
+  if (member(doc, "device_index")) {
+    get_int("device_index", device_index, -1);
+    c.device_index = device_index;
+  }
   if (const Value* v = member(doc, "preferred_batch_sizes")) {
     if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
     for (const auto& e : v->GetArray()) {
@@ -477,8 +482,28 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
   w.StartObject();
   w.Key("count"); w.Int64(c.num_runners);
   w.Key("kind"); w.String(info.device == "cuda" ? "KIND_GPU" : "KIND_CPU");
+  if (info.device == "cuda" && c.device_index.value_or(-1) >= 0) {
+    w.Key("gpus");
+    w.StartArray();
+    w.Int64(*c.device_index);
+    w.EndArray();
+  }
   w.EndObject();
   w.EndArray();
+  if (info.device == "cuda") {
+    // Triton's switch, and the batch sizes the graphs were captured for (aotc's own key).
+    w.Key("optimization");
+    w.StartObject();
+    w.Key("cuda");
+    w.StartObject();
+    w.Key("graphs"); w.Bool(!info.graph_buckets.empty());
+    w.Key("graph_batch_sizes");
+    w.StartArray();
+    for (int64_t b : info.graph_buckets) w.Int64(b);
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
+  }
   w.EndObject();
   return done(sb);
 }

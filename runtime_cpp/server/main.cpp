@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "http.h"
+#include "model.h"
 #include "options.h"
 #include "repository.h"
 
@@ -48,6 +49,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Before any model loads, so every model call starts from this count (model.h).
+  if (options.intra_op_threads > 0)
+    log_line("intra-op threads: " + std::to_string(set_intra_op_threads(options.intra_op_threads)));
+
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -55,7 +60,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
   ::signal(SIGPIPE, SIG_IGN);
 
-  Repository repo(options.model_repository, log_line);
+  Repository repo(options.model_repository, {options.device_index, options.cuda_graphs}, log_line);
   ServerInfo info;
   info.version = "0.1.0";
   info.extensions = {"binary_tensor_data", "parameters", "statistics", "model_repository", "model_configuration",

@@ -1,15 +1,31 @@
-// Model (model.h): the one file of the server that includes ATen. Converts byte tensors to at::Tensor views
-// (no copy for CPU packages), calls aotc::Session::run, and copies the outputs back to bytes.
-// Thread-safe as model.h says: no state beyond the Session, which is thread-safe.
+// Model (model.h): the one file of the server that includes ATen. Converts byte tensors to host at::Tensor
+// views (no copy), calls aotc::Session::run, and copies the outputs back to bytes; also owns the intra-op
+// thread count (at::set_num_threads). Thread-safe as model.h says: no state beyond the Session, which is
+// thread-safe, and one process-wide atomic thread count.
 #include "model.h"
 
+#include <atomic>
 #include <cstring>
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
 #include <aotc/runtime.h>
 
 namespace aotc::server {
 namespace {
+
+// 0: leave torch's default. OpenMP and MKL keep their thread counts per thread, so each runner thread
+// applies the process-wide count (at::init_num_threads) before its first call.
+std::atomic<int> intra_op_threads{0};
+
+void adopt_intra_op_threads() {
+  thread_local int adopted = 0;
+  const int n = intra_op_threads.load(std::memory_order_relaxed);
+  if (n > 0 && adopted != n) {
+    at::init_num_threads();
+    adopted = n;
+  }
+}
 
 WireType wire_from_scalar(at::ScalarType s) {
   switch (s) {
@@ -40,15 +56,23 @@ TensorInfo to_info(const aotc::TensorSpec& s) {
 
 }  // namespace
 
+int set_intra_op_threads(int n) {
+  at::set_num_threads(n);
+  intra_op_threads.store(n);
+  return at::get_num_threads();
+}
+
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::open(const std::string& path, const std::string& name, const std::string& version,
-                                   size_t num_runners) {
+                                   const LoadOptions& options) {
   auto start = Clock::now();
   std::unique_ptr<Model> m(new Model());
   try {
     aotc::SessionOptions opts;
-    opts.num_runners = num_runners;
+    opts.num_runners = options.num_runners;
+    opts.device_index = options.device_index;
+    opts.cuda_graphs = options.cuda_graphs;
     m->session_ = aotc::Session::open(path, opts);
   } catch (const std::exception& e) {
     std::string what = e.what();
@@ -61,21 +85,23 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   for (const auto& s : man.inputs) m->info_.inputs.push_back(to_info(s));
   for (const auto& s : man.outputs) m->info_.outputs.push_back(to_info(s));
   m->info_.batch = man.batch;
+  m->info_.graph_buckets = m->session_->cuda_graph_buckets();
   m->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return m;
 }
 
 std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
   const aotc::Manifest& man = session_->manifest();
+  adopt_intra_op_threads();
   std::vector<at::Tensor> args;
   args.reserve(inputs.size());
   try {
+    // Host tensors for CUDA packages too: the session copies them to its own device through pinned
+    // memory on the runner's stream, and hands back outputs in pinned host memory.
     for (size_t i = 0; i < inputs.size(); ++i) {
       auto st = aotc::to_scalar_type(man.inputs[i].dtype);
-      at::Tensor t = at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape,
-                                   at::TensorOptions().dtype(st));
-      if (man.device == "cuda") t = t.to(at::kCUDA);
-      args.push_back(std::move(t));
+      args.push_back(at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape,
+                                   at::TensorOptions().dtype(st)));
     }
     std::vector<at::Tensor> outs = session_->run(args);
     std::vector<Tensor> result;

@@ -17,11 +17,23 @@ class Session;
 
 namespace aotc::server {
 
+// How a version is loaded: from config.json (num_runners, device_index) and the server's flags.
+struct LoadOptions {
+  size_t num_runners = 1;
+  int device_index = -1;    // CUDA packages only; -1 = the current device
+  bool cuda_graphs = true;  // CUDA packages only
+};
+
+// Sets the intra-op thread count of CPU model calls (at::set_num_threads) for the whole process; runner
+// threads adopt it at their first call. Call once, before any model loads; n must be >= 1. Returns the
+// count torch then reports (at::get_num_threads).
+int set_intra_op_threads(int n);
+
 class Model {
  public:
   // Opens and verifies the package. Throws ServeError(503) carrying the one-line reason it cannot load.
   static std::unique_ptr<Model> open(const std::string& path, const std::string& name, const std::string& version,
-                                     size_t num_runners);
+                                     const LoadOptions& options);
   ~Model();
 
   const ModelInfo& info() const { return info_; }

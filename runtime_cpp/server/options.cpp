@@ -17,7 +17,11 @@ const char* usage() {
          "  --log-requests           log one line per request to stderr\n"
          "  --max-body-bytes N       refuse larger request bodies with 413 (default 67108864)\n"
          "  --http-threads N         connection threads; each open keep-alive connection holds one (default 512)\n"
-         "  --keep-alive-timeout S   close idle keep-alive connections after S seconds (default 5)\n";
+         "  --keep-alive-timeout S   close idle keep-alive connections after S seconds (default 5)\n"
+         "  --device-index N         GPU for CUDA packages unless config.json says 'device_index' (default -1: current)\n"
+         "  --no-cuda-graphs         run CUDA packages without CUDA graphs\n"
+         "  --intra-op-threads N     threads each CPU model call may use (default: torch's, one per core);\n"
+         "                           1 keeps batch-1 latency steady on a busy machine\n";
 }
 
 namespace {
@@ -50,10 +54,15 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       inline_value = true;
     }
     if (flag == "--help" || flag == "-h") { *help = true; return o; }
-    if (flag == "--log-requests") { o.log_requests = true; continue; }
+    if (flag == "--log-requests" || flag == "--no-cuda-graphs") {
+      if (inline_value) throw std::invalid_argument(flag + " takes no value; see --help");
+      if (flag == "--log-requests") o.log_requests = true;
+      else o.cuda_graphs = false;
+      continue;
+    }
     static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",
                                           "--poll-repository", "--max-body-bytes", "--http-threads",
-                                          "--keep-alive-timeout"};
+                                          "--keep-alive-timeout", "--device-index", "--intra-op-threads"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw std::invalid_argument("unknown option '" + flag + "'; see --help");
     if (!inline_value) {
@@ -68,6 +77,8 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--max-body-bytes") o.max_body_bytes = static_cast<size_t>(to_int(flag, value, 1, 1LL << 40));
     else if (flag == "--http-threads") o.http_threads = static_cast<size_t>(to_int(flag, value, 1, 100000));
     else if (flag == "--keep-alive-timeout") o.keep_alive_timeout_s = static_cast<int>(to_int(flag, value, 1, 3600));
+    else if (flag == "--device-index") o.device_index = static_cast<int>(to_int(flag, value, -1, 1023));
+    else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
     else throw std::invalid_argument("unknown option '" + flag + "'; see --help");
   }
   if (o.model_repository.empty()) throw std::invalid_argument("--model-repository DIR is required; see --help");

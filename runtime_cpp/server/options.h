@@ -18,6 +18,9 @@ struct ServerOptions {
   size_t http_threads = 512;                // one per open connection: keep-alive connections hold one
   int keep_alive_timeout_s = 5;
   size_t keep_alive_max_requests = 10000;
+  int device_index = -1;                    // CUDA packages: GPU to load on (config.json may override); -1 current
+  bool cuda_graphs = true;                  // CUDA packages: replay a CUDA graph per batch bucket
+  int intra_op_threads = 0;                 // > 0: at::set_num_threads before any model loads; 0: torch's default
 };
 
 // Parses argv (`--flag value` or `--flag=value`). Throws std::invalid_argument with one line naming the

@@ -97,7 +97,8 @@ ModelConfig with_defaults(ModelConfig c, const ModelInfo& info) {
 
 }  // namespace
 
-Repository::Repository(std::string root, Log log) : root_(std::move(root)), log_(std::move(log)) {}
+Repository::Repository(std::string root, Defaults defaults, Log log)
+    : root_(std::move(root)), defaults_(defaults), log_(std::move(log)) {}
 
 Repository::~Repository() {
   std::map<std::string, Entry> gone;
@@ -168,11 +169,23 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
     std::string reason;
     try {
       ModelConfig cfg = f.has_config ? codec::parse_model_config(f.config_text) : ModelConfig{};
-      std::shared_ptr<const Model> model = Model::open(f.path, f.model, vstr, static_cast<size_t>(cfg.num_runners));
+      cfg.device_index = cfg.device_index.value_or(defaults_.device_index);
+      LoadOptions load;
+      load.num_runners = static_cast<size_t>(cfg.num_runners);
+      load.device_index = static_cast<int>(*cfg.device_index);
+      load.cuda_graphs = defaults_.cuda_graphs;
+      std::shared_ptr<const Model> model = Model::open(f.path, f.model, vstr, load);
       fresh = std::make_shared<Scheduler>(model, with_defaults(cfg, model->info()));
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.2f", model->load_seconds());
-      log_("loaded model '" + f.model + "' version " + vstr + " from " + f.path + " in " + secs + " s");
+      std::string where;
+      if (model->info().device == "cuda") {
+        where = " on cuda:" + (load.device_index < 0 ? std::string("current") : std::to_string(load.device_index));
+        std::string buckets;
+        for (int64_t b : model->info().graph_buckets) buckets += (buckets.empty() ? "" : ",") + std::to_string(b);
+        where += buckets.empty() ? ", no CUDA graphs" : ", CUDA graphs at batch " + buckets;
+      }
+      log_("loaded model '" + f.model + "' version " + vstr + " from " + f.path + where + " in " + secs + " s");
     } catch (const std::exception& e) {
       reason = e.what();
       log_("failed to load model '" + f.model + "' version " + vstr + " from " + f.path + ": " + reason);

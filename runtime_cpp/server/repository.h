@@ -23,7 +23,12 @@ class Repository {
  public:
   struct Found;  // one version directory as scanned on disk (repository.cpp)
   using Log = std::function<void(const std::string&)>;
-  Repository(std::string root, Log log);
+  // Server-wide load settings; DIR/<model>/config.json may override device_index per model.
+  struct Defaults {
+    int device_index = -1;
+    bool cuda_graphs = true;
+  };
+  Repository(std::string root, Defaults defaults, Log log);
   ~Repository();
 
   void load_all();                               // the initial scan
@@ -57,6 +62,7 @@ class Repository {
   void sync(const std::vector<Found>& found, const std::string& only, bool force);
 
   std::string root_;
+  Defaults defaults_;
   Log log_;
   mutable std::mutex mu_;   // guards models_
   std::mutex load_mu_;      // serializes scans and loads

@@ -42,6 +42,9 @@ Scheduler::Scheduler(std::shared_ptr<const Model> model, const ModelConfig& conf
   stats_.name = model_->info().name;
   stats_.version = model_->info().version;
   stats_.load_seconds = model_->load_seconds();
+  if (config_.preferred_batch_sizes.empty())
+    for (int64_t b : model_->info().graph_buckets)
+      if (b <= config_.max_batch_size) targets_.push_back(b);
   for (int64_t i = 0; i < std::max<int64_t>(1, config_.num_runners); ++i)
     runners_.emplace_back([this] { runner_loop(); });
 }
@@ -130,30 +133,36 @@ void Scheduler::runner_loop() {
 
 auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<std::shared_ptr<Job>> {
   std::vector<std::shared_ptr<Job>> jobs;
+  const int64_t full = targets_.empty() ? config_.max_batch_size : targets_.back();
+  int64_t available = 0;  // rows a batch led by the head could take now
   for (;;) {
     while (!queue_.empty() && queue_.front()->state.load() == 2) queue_.pop_front();
     if (queue_.empty()) return jobs;
     auto head = queue_.front();
     if (!batching()) break;
-    int64_t rows = 0;
+    available = 0;
     for (const auto& j : queue_)
-      if (j->state.load() == 0 && compatible(head->inputs, j->inputs) && rows + j->rows <= config_.max_batch_size)
-        rows += j->rows;
-    if (rows == 0) break;  // the head alone exceeds max_batch_size: it runs alone
+      if (j->state.load() == 0 && compatible(head->inputs, j->inputs) &&
+          available + j->rows <= config_.max_batch_size)
+        available += j->rows;
+    if (available == 0) break;  // the head alone exceeds max_batch_size: it runs alone
     auto deadline = head->enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
     const auto& pref = config_.preferred_batch_sizes;
-    bool ready = rows >= config_.max_batch_size || stop_ || Clock::now() >= deadline ||
-                 std::find(pref.begin(), pref.end(), rows) != pref.end();
+    bool ready = available >= full || stop_ || Clock::now() >= deadline ||
+                 std::find(pref.begin(), pref.end(), available) != pref.end();
     if (ready) break;
     cv_.wait_until(lock, deadline);
   }
+  // With graph buckets, cut the batch to the largest bucket it fills; the rest leads the next batch.
+  int64_t limit = config_.max_batch_size;
+  if (auto it = std::upper_bound(targets_.begin(), targets_.end(), available); it != targets_.begin())
+    limit = *std::prev(it);
   // Take the head and, when batching, every compatible queued request that still fits, in arrival order.
   auto head = queue_.front();
   int64_t rows = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto& j = *it;
-    bool fits = jobs.empty() || (batching() && compatible(head->inputs, j->inputs) &&
-                                 rows + j->rows <= config_.max_batch_size);
+    bool fits = jobs.empty() || (batching() && compatible(head->inputs, j->inputs) && rows + j->rows <= limit);
     int queued = 0;
     if (fits && j->state.compare_exchange_strong(queued, 1)) {
       rows += j->rows;

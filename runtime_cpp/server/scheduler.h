@@ -3,7 +3,9 @@
 // Ownership: a Scheduler shares its Model (shared_ptr) and owns its runner threads (config.num_runners).
 // Requests whose trailing dims agree are concatenated along the manifest's batch dim (dim 0) up to
 // max_batch_size, waiting at most max_queue_delay_us after the oldest one arrived (a preferred batch size
-// goes at once), then the outputs are split back by rows. Blocking: infer() blocks the calling thread until
+// goes at once), then the outputs are split back by rows. A CUDA package replayed as CUDA graphs pads a
+// batch up to its graph bucket; unless preferred_batch_sizes is set, batches are then cut to the largest
+// bucket the queue fills (the rest waits for the next batch), so no rows are padded. Blocking: infer() blocks the calling thread until
 // its answer is ready. Thread-safety: every public method may be called from any thread. The destructor
 // answers everything already queued, then joins the runners.
 #pragma once
@@ -50,6 +52,7 @@ class Scheduler {
 
   std::shared_ptr<const Model> model_;
   ModelConfig config_;
+  std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
 
   mutable std::mutex mu_;  // guards queue_ and stop_
   std::condition_variable cv_;

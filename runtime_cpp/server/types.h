@@ -67,6 +67,7 @@ struct ModelInfo {
   std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
   std::optional<std::pair<int64_t, int64_t>> batch;  // the shared dynamic batch dim's [min, max]
+  std::vector<int64_t> graph_buckets;  // batch sizes replayed as CUDA graphs, ascending; empty on CPU / graphs off
 };
 
 // DIR/<model>/config.json, with defaults filled in from the manifest by the repository.
@@ -76,6 +77,7 @@ struct ModelConfig {
   std::vector<int64_t> preferred_batch_sizes;
   int64_t num_runners = 1;                 // model calls that may run at once
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
+  std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index
 };
 
 // ---- inference ----

@@ -144,7 +144,8 @@ std::unique_ptr<Session> Session::open(const std::string& package_path, const Se
   try {
     s->impl_->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         load_path, "model", /*run_single_threaded=*/false, options.num_runners,
-        static_cast<c10::DeviceIndex>(options.device_index));
+        // device_index names a CUDA device: the CPU runner refuses any index but -1.
+        static_cast<c10::DeviceIndex>(s->impl_->manifest.device == "cuda" ? options.device_index : -1));
   } catch (const c10::Error& e) {
     refuse(package_path, "the AOTInductor loader failed: " + first_line(e.msg()));
   } catch (const std::exception& e) {
@@ -192,6 +193,13 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) cons
                                            std::to_string(impl_->manifest.outputs.size()));
   }
   return outputs;
+}
+
+std::vector<int64_t> Session::cuda_graph_buckets() const {
+#ifdef AOTC_WITH_CUDA
+  if (impl_->cuda && impl_->cuda->graphs_enabled()) return impl_->cuda->buckets();
+#endif
+  return {};
 }
 
 std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> Session::load_samples() const {

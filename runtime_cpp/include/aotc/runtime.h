@@ -108,6 +108,10 @@ class Session {
   // The same check run() does, without running. Throws Error(InvalidInput).
   void validate(const std::vector<at::Tensor>& inputs) const;
 
+  // Batch sizes this session replays as captured CUDA graphs (a batch of n runs padded to the smallest one
+  // >= n), ascending; empty for a CPU package, with graphs off, or when the package's shapes rule them out.
+  std::vector<int64_t> cuda_graph_buckets() const;
+
   // The stored samples: inputs and eager outputs, as CPU tensors.
   std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> load_samples() const;
 
@@ -131,7 +135,7 @@ void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& in
 struct Comparison {
   bool ok = false;          // shapes and dtypes agree and every element is within tolerance
   double max_abs = 0.0;     // max |got - expected|
-  double max_rel = 0.0;     // max |got - expected| / |expected| over elements where expected != 0
+  double max_rel = 0.0;     // max |got - expected| / |expected| over elements where |expected| > atol
   std::string mismatch;     // "" when shapes/dtypes agree, else what differs
 };
 Comparison compare(const at::Tensor& got, const at::Tensor& expected, double atol, double rtol);
