@@ -32,7 +32,6 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.deps-stamp: $(PY) pyproject.toml Makefile
-	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH)"
 	$(PIP) install -q $(PY_DEPS)
 	@touch $@
@@ -46,7 +45,7 @@ build: deps
 	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.CMAKE_PREFIX_PATH=$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)')
 
 test-cpp: build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure
+	$(VENV)/bin/ctest --test-dir $(BUILD_DIR) --output-on-failure
 
 test-py: build
 	$(PY) -m pytest -q -m "not cuda and not slow" --timeout=900 tests

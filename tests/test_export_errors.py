@@ -80,11 +80,13 @@ def test_split_spec():
     (["models/mlp.py", "--dynamic-batch", "8"], "expected MIN:MAX"),
     (["models/mlp.py", "-o", "out.zip"], "must end in .pt2"),
 ])
-def test_cli_prints_one_line_for_a_bad_model_file(args, fragment, capsys, monkeypatch):
+def test_cli_prints_one_line_for_a_bad_model_file(args, fragment, capsys, monkeypatch, tmp_path):
     """The CLI's own entry point, in-process (a subprocess per case would mostly time torch's import)."""
     from aotc.cli import main
 
     monkeypatch.chdir(REPO)
+    if "-o" not in args:
+        args = [*args, "-o", str(tmp_path / "never_written.pt2")]
     rc = main(["export", *args])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "aotc: error:" in line]
