@@ -127,6 +127,7 @@ def main() -> int:
     ap.add_argument("--kind", default="cpp", choices=["cpp", "python"])
     ap.add_argument("--max-queue-delay-us", type=int, default=0, help="batching config for <model>")
     ap.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
+    ap.add_argument("--server-flags", default="", help="extra server flags, e.g. '--intra-op-threads 1'")
     args = ap.parse_args()
     models = args.models.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -136,7 +137,8 @@ def main() -> int:
                                {**{m: {"max_queue_delay_us": args.max_queue_delay_us} for m in models},
                                 **{f"{m}_nobatch": {"max_batch_size": 0} for m in models}})
         rows = []
-        with Server(args.kind, repo) as s, multiprocessing.Pool(args.client_procs) as pool:
+        with Server(args.kind, repo, *args.server_flags.split()) as s, \
+                multiprocessing.Pool(args.client_procs) as pool:
             for m in models:
                 meta = s.json("GET", f"/v2/models/{m}")[1]
                 for name in (f"{m}_nobatch", m):  # warm-up, not recorded
@@ -158,7 +160,8 @@ def main() -> int:
                                key=lambda t: -t[1])[:6]
                 print(f"{m}: most frequent batch sizes formed (size, count): {sizes}", file=sys.stderr)
     print(f"load average (1, 5, 15 min) at the end: {tuple(round(x, 1) for x in os.getloadavg())}; "
-          f"{os.cpu_count()} CPUs; {args.seconds:g} s per cell; batch-1 requests")
+          f"{os.cpu_count()} CPUs; {args.seconds:g} s per cell; batch-1 requests; "
+          f"server flags: {args.server_flags or '(none)'}")
     print()
     print("| model | tensors | concurrency | off: req/s | off: p50 ms | off: p99 ms | on: req/s | on: p50 ms "
           "| on: p99 ms | throughput on/off |")

@@ -1,0 +1,94 @@
+"""aotc-server (C++) with a CUDA package, black box, on a GPU machine: answers against the package's eager
+samples, batches cut to the CUDA graph buckets, --no-cuda-graphs, and config.json's device_index.
+
+Not for CPU CI: every test is marked `cuda` and the module skips itself when torch sees no CUDA device.
+The package is the MLP of tests/test_cuda.py (its `package` fixture: $AOTC_CUDA_PACKAGES from bench/gpu.sh,
+else exported once). The server binary is $AOTC_SERVER_BIN, else `aotc-server` on PATH (bench/gpu.sh puts
+it there). Each test starts its own server and sends requests from its own threads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.cuda
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (run on the GPU machine: bash bench/gpu.sh)", allow_module_level=True)
+
+from conftest import read_samples  # noqa: E402
+from servers import Server, make_repository  # noqa: E402
+from test_cuda import package  # noqa: E402, F401 (the session fixture that provides CUDA packages)
+from test_server_batching import run_clients  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def server_bin(monkeypatch):
+    if not os.environ.get("AOTC_SERVER_BIN"):
+        exe = shutil.which("aotc-server")
+        if exe is None:
+            pytest.skip("no aotc-server: set AOTC_SERVER_BIN or put it on PATH")
+        monkeypatch.setenv("AOTC_SERVER_BIN", exe)
+
+
+def buckets(max_batch: int) -> list[int]:
+    """runtime_cpp/src/cuda_graphs.cpp batch_buckets(1, max): powers of two below max, then max."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return out + [max_batch]
+
+
+def send_rows(s, xs, ys, tol, n):
+    """n batch-1 requests at once, rows 0..n-1 of the samples, each answer checked."""
+    def client(i):
+        j = i % len(xs)
+        x = xs[j:j + 1].astype(np.float32)
+        status, r = s.json("POST", "/v2/models/mlp/infer", {"inputs": [
+            {"name": "x", "shape": [1, 512], "datatype": "FP32", "data": x.ravel().tolist()}]})
+        assert status == 200, r
+        got = np.array(r["outputs"][0]["data"], np.float32)
+        assert np.allclose(got, ys[j], **tol), np.abs(got - ys[j]).max()
+
+    assert run_clients(n, client) == []
+    _, st = s.json("GET", "/v2/models/mlp/stats")
+    st = st["model_stats"][0]
+    assert st["inference_count"] == n
+    return sorted(b["batch_size"] for b in st["batch_stats"])
+
+
+def test_batches_land_on_graph_buckets(tmp_path, package):
+    pkg = package("mlp")
+    (xs,), (ys,) = read_samples(pkg)[0]
+    tol = {"atol": 1e-3, "rtol": 1e-3}
+    # 11 requests, at most 8 a batch, a long delay: a batcher that ignores the buckets sends 8 + 3.
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg},
+                           {"mlp": {"max_batch_size": 8, "max_queue_delay_us": 300000, "device_index": 0}})
+    with Server("cpp", repo) as s:
+        _, cfg = s.json("GET", "/v2/models/mlp/config")
+        assert cfg["instance_group"][0]["gpus"] == [0] and cfg["instance_group"][0]["kind"] == "KIND_GPU"
+        assert cfg["optimization"]["cuda"] == {"graphs": True, "graph_batch_sizes": buckets(1024)}
+        sizes = send_rows(s, xs, ys, tol, 11)
+        assert set(sizes) <= {1, 2, 4, 8}, sizes
+        assert "CUDA graphs at batch 1,2,4" in s.log()
+
+    with Server("cpp", repo, "--no-cuda-graphs") as s:
+        _, cfg = s.json("GET", "/v2/models/mlp/config")
+        assert cfg["optimization"]["cuda"] == {"graphs": False, "graph_batch_sizes": []}
+        send_rows(s, xs, ys, tol, 11)
+
+
+def test_device_index_of_a_missing_gpu_is_refused(tmp_path, package):
+    pkg = package("mlp")
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg, "far": pkg}, {"far": {"device_index": 1023}})
+    with Server("cpp", repo, "--device-index", "0") as s:
+        _, cfg = s.json("GET", "/v2/models/mlp/config")
+        assert cfg["instance_group"][0]["gpus"] == [0]
+        _, index = s.json("POST", "/v2/repository/index", {})
+        far = next(e for e in index if e["name"] == "far")
+        assert far["state"] == "UNAVAILABLE" and "CUDA device 1023 does not exist" in far["reason"], far
