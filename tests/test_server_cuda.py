@@ -85,10 +85,10 @@ def test_batches_land_on_graph_buckets(tmp_path, package):
 
 def test_device_index_of_a_missing_gpu_is_refused(tmp_path, package):
     pkg = package("mlp")
-    repo = make_repository(tmp_path / "repo", {"mlp": pkg, "far": pkg}, {"far": {"device_index": 1023}})
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg, "far": pkg}, {"far": {"device_index": 99}})
     with Server("cpp", repo, "--device-index", "0") as s:
         _, cfg = s.json("GET", "/v2/models/mlp/config")
         assert cfg["instance_group"][0]["gpus"] == [0]
         _, index = s.json("POST", "/v2/repository/index", {})
         far = next(e for e in index if e["name"] == "far")
-        assert far["state"] == "UNAVAILABLE" and "CUDA device 1023 does not exist" in far["reason"], far
+        assert far["state"] == "UNAVAILABLE" and "CUDA device 99 does not exist" in far["reason"], far

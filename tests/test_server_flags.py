@@ -50,7 +50,7 @@ def test_thread_and_device_flags_serve_the_same_answers(tmp_path, pkg_mlp, pkg_s
 
         _, index = s.json("POST", "/v2/repository/index", {})
         bad = next(e for e in index if e["name"] == "bad")
-        assert bad["state"] == "UNAVAILABLE" and "'device_index' must be an integer >= -1" in bad["reason"], bad
+        assert bad["state"] == "UNAVAILABLE" and "'device_index' must be an integer in -1..127" in bad["reason"], bad
         assert s.stop() == 0
 
 
@@ -58,10 +58,23 @@ def test_thread_and_device_flags_serve_the_same_answers(tmp_path, pkg_mlp, pkg_s
     (["--intra-op-threads", "0"], "--intra-op-threads expects an integer in 1..1024, got '0'"),
     (["--intra-op-threads", "two"], "--intra-op-threads expects an integer in 1..1024, got 'two'"),
     (["--intra-op-threads"], "--intra-op-threads needs a value"),
-    (["--device-index", "-2"], "--device-index expects an integer in -1..1023, got '-2'"),
+    (["--device-index", "-2"], "--device-index expects an integer in -1..127, got '-2'"),
+    (["--device-index", "128"], "--device-index expects an integer in -1..127, got '128'"),
     (["--no-cuda-graphs=0"], "--no-cuda-graphs takes no value"),
 ])
 def test_bad_device_and_thread_flags_exit_with_one_line(flags, message):
     r = subprocess.run([str(server_binary()), "--model-repository", ".", *flags],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_aotc_serve_passes_the_device_and_thread_flags():
+    from aotc.cli import build_parser
+    from aotc.serve import server_argv
+
+    argv = server_argv(build_parser().parse_args(
+        ["serve", "repo", "--intra-op-threads", "2", "--device-index", "1", "--no-cuda-graphs"]))
+    assert argv[argv.index("--intra-op-threads") + 1] == "2" and argv[argv.index("--device-index") + 1] == "1"
+    assert "--no-cuda-graphs" in argv
+    argv = server_argv(build_parser().parse_args(["serve", "repo"]))
+    assert not {"--intra-op-threads", "--device-index", "--no-cuda-graphs"} & set(argv)

@@ -68,6 +68,9 @@ def _add_serve(sub) -> None:
     p.add_argument("--eager", metavar="MODEL.py[:NAME]", help="with --python: serve the eager model file")
     p.add_argument("--name", help="with --eager: the model name to serve it under")
     p.add_argument("--max-body-bytes", type=int, help="refuse larger request bodies with 413 (default 64 MiB)")
+    p.add_argument("--intra-op-threads", type=int, metavar="N", help="C++ server: threads per CPU model call")
+    p.add_argument("--device-index", type=int, metavar="N", help="C++ server: GPU for CUDA packages")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="C++ server: run CUDA packages without graphs")
     p.set_defaults(target=None)
 
 

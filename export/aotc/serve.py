@@ -36,6 +36,12 @@ def server_argv(args) -> list[str]:
         argv.append("--log-requests")
     if getattr(args, "max_body_bytes", None):
         argv += ["--max-body-bytes", str(args.max_body_bytes)]
+    if getattr(args, "intra_op_threads", None) is not None:
+        argv += ["--intra-op-threads", str(args.intra_op_threads)]
+    if getattr(args, "device_index", None) is not None:
+        argv += ["--device-index", str(args.device_index)]
+    if getattr(args, "no_cuda_graphs", False):
+        argv.append("--no-cuda-graphs")
     return argv
 
 

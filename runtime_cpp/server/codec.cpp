@@ -337,10 +337,11 @@ ModelConfig parse_model_config(const std::string& text) {
   get_int("max_queue_delay_us", c.max_queue_delay_us, 0);
   get_int("num_runners", c.num_runners, 1);
   get_int("max_queue_size", c.max_queue_size, 1);
-  int64_t device_index = -1;
-  if (member(doc, "device_index")) {
-    get_int("device_index", device_index, -1);
-    c.device_index = device_index;
+  if (const Value* v = member(doc, "device_index")) {
+    // c10::DeviceIndex is 8 bits.
+    if (!v->IsInt64() || v->GetInt64() < -1 || v->GetInt64() > 127)
+      throw bad_request("config.json: 'device_index' must be an integer in -1..127 (-1: the current GPU)");
+    c.device_index = v->GetInt64();
   }
   if (const Value* v = member(doc, "preferred_batch_sizes")) {
     if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");

@@ -77,7 +77,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--max-body-bytes") o.max_body_bytes = static_cast<size_t>(to_int(flag, value, 1, 1LL << 40));
     else if (flag == "--http-threads") o.http_threads = static_cast<size_t>(to_int(flag, value, 1, 100000));
     else if (flag == "--keep-alive-timeout") o.keep_alive_timeout_s = static_cast<int>(to_int(flag, value, 1, 3600));
-    else if (flag == "--device-index") o.device_index = static_cast<int>(to_int(flag, value, -1, 1023));
+    else if (flag == "--device-index") o.device_index = static_cast<int>(to_int(flag, value, -1, 127));
     else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
     else throw std::invalid_argument("unknown option '" + flag + "'; see --help");
   }
