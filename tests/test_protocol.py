@@ -180,6 +180,9 @@ def test_tritonclient_aio(server, mlp_sample):
         c = aio.InferenceServerClient(f"127.0.0.1:{server.port}")
         try:
             assert await c.is_server_ready()
+            # aiohttp offers gzip; tritonclient's aio client parses metadata without inflating it
+            meta = await c.get_model_metadata("mlp")
+            assert meta["name"] == "mlp"
             inp = aio.InferInput("x", list(x.shape), "FP32")
             inp.set_data_from_numpy(x)
             rs = await asyncio.gather(*[c.infer("mlp", [inp]) for _ in range(4)])
@@ -239,6 +242,12 @@ def test_gzip_and_deflate_request_and_response(server):
         assert status == 200, data
         assert headers.get("content-encoding") == "gzip"  # servers.Server.request inflated it
         assert json.loads(data)["outputs"][0]["data"] == (a + b).ravel().tolist()
+
+
+def test_only_inference_responses_are_compressed(server):
+    status, headers, body = server.request("GET", "/v2/models/mlp", headers={"Accept-Encoding": "gzip, deflate"})
+    assert status == 200 and "content-encoding" not in headers, headers
+    assert json.loads(body)["name"] == "mlp"
 
 
 def test_unknown_content_encoding_is_501(server):

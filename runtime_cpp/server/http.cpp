@@ -293,6 +293,11 @@ HttpServer::HttpServer(const ServerOptions& options, Repository& repo, ServerInf
     // Move Content-Encoding aside so httplib reads the body raw: dispatch() decodes it with a size limit
     // and answers 501 for codings it does not know. The request object is ours to change at this point.
     auto& headers = const_cast<httplib::Request&>(req).headers;
+    // Like Triton, only inference responses are compressed: tritonclient's aio client reads the other
+    // answers (metadata, health, ...) without inflating them. Dropping Accept-Encoding here also stops
+    // httplib's own compression of those answers.
+    const std::string& path = req.path;
+    if (path.size() < 6 || path.compare(path.size() - 6, 6, "/infer") != 0) headers.erase("Accept-Encoding");
     auto it = headers.find("Content-Encoding");
     if (it != headers.end()) {
       headers.emplace("X-Aotc-Content-Encoding", it->second);
