@@ -129,6 +129,14 @@ const Value* member(const Value& obj, const char* key) {
   return it == obj.MemberEnd() ? nullptr : &it->value;
 }
 
+// A JSON value as compact text, for messages that quote what was given.
+std::string json_text(const Value& v) {
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  v.Accept(w);
+  return std::string(sb.GetString(), sb.GetSize());
+}
+
 std::string require_string(const Value& obj, const char* key, const std::string& where) {
   const Value* v = member(obj, key);
   if (!v || !v->IsString()) throw bad_request(where + ": missing string field '" + key + "'");
@@ -351,6 +359,46 @@ ModelConfig parse_model_config(const std::string& text) {
       c.preferred_batch_sizes.push_back(e.GetInt64());
     }
   }
+  if (const Value* v = member(doc, "instance_group")) {
+    const std::string group =
+        "{\"count\": N >= 1, \"kind\": \"KIND_GPU\" or \"KIND_CPU\", \"gpus\": [GPU indices] (KIND_GPU only)}";
+    const std::string expected = "a non-empty list of " + group;
+    if (!v->IsArray() || v->GetArray().Empty())
+      throw bad_request("config.json: 'instance_group' must be " + expected);
+    if (member(doc, "num_runners") || member(doc, "device_index"))
+      throw bad_request("config.json: give 'instance_group' or 'num_runners'/'device_index', not both");
+    for (const auto& e : v->GetArray()) {
+      std::string at = "config.json: instance_group[" + std::to_string(c.instance_group.size()) + "]";
+      if (!e.IsObject()) throw bad_request(at + " must be " + group);
+      InstanceGroup g;
+      for (const auto& m : e.GetObject()) {
+        std::string key = m.name.GetString();
+        if (key == "count") {
+          if (!m.value.IsInt64() || m.value.GetInt64() < 1 || m.value.GetInt64() > 256)
+            throw bad_request(at + ".count must be an integer in 1..256, got " + json_text(m.value));
+          g.count = m.value.GetInt64();
+        } else if (key == "kind") {
+          std::string kind = m.value.IsString() ? m.value.GetString() : json_text(m.value);
+          if (kind != "KIND_GPU" && kind != "KIND_CPU")
+            throw bad_request(at + ".kind must be \"KIND_GPU\" or \"KIND_CPU\", got " + json_text(m.value));
+          g.kind = kind;
+        } else if (key == "gpus") {
+          if (!m.value.IsArray() || m.value.GetArray().Empty())
+            throw bad_request(at + ".gpus must be a non-empty list of GPU indices 0..127");
+          for (const auto& i : m.value.GetArray()) {
+            if (!i.IsInt64() || i.GetInt64() < 0 || i.GetInt64() > 127)
+              throw bad_request(at + ".gpus must be a non-empty list of GPU indices 0..127, got " + json_text(i));
+            g.gpus.push_back(i.GetInt64());
+          }
+        } else if (key != "name") {
+          throw bad_request(at + " has an unknown key '" + key + "' (expected count, kind, gpus, name)");
+        }
+      }
+      if (g.kind.empty()) throw bad_request(at + " needs \"kind\": \"KIND_GPU\" or \"KIND_CPU\"");
+      if (g.kind == "KIND_CPU" && !g.gpus.empty()) throw bad_request(at + " is KIND_CPU but lists gpus");
+      c.instance_group.push_back(std::move(g));
+    }
+  }
   return c;
 }
 
@@ -480,16 +528,30 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
   }
   w.Key("instance_group");
   w.StartArray();
-  w.StartObject();
-  w.Key("count"); w.Int64(c.num_runners);
-  w.Key("kind"); w.String(info.device == "cuda" ? "KIND_GPU" : "KIND_CPU");
-  if (info.device == "cuda" && c.device_index.value_or(-1) >= 0) {
-    w.Key("gpus");
-    w.StartArray();
-    w.Int64(*c.device_index);
-    w.EndArray();
+  for (const auto& g : c.instance_group) {
+    w.StartObject();
+    w.Key("count"); w.Int64(g.count);
+    w.Key("kind"); w.String(g.kind.c_str());
+    if (!g.gpus.empty()) {
+      w.Key("gpus");
+      w.StartArray();
+      for (int64_t i : g.gpus) w.Int64(i);
+      w.EndArray();
+    }
+    w.EndObject();
   }
-  w.EndObject();
+  if (c.instance_group.empty()) {
+    w.StartObject();
+    w.Key("count"); w.Int64(c.num_runners);
+    w.Key("kind"); w.String(info.device == "cuda" ? "KIND_GPU" : "KIND_CPU");
+    if (info.device == "cuda" && c.device_index.value_or(-1) >= 0) {
+      w.Key("gpus");
+      w.StartArray();
+      w.Int64(*c.device_index);
+      w.EndArray();
+    }
+    w.EndObject();
+  }
   w.EndArray();
   if (info.device == "cuda") {
     // Triton's switch, and the batch sizes the graphs were captured for (aotc's own key).
@@ -541,6 +603,18 @@ std::string write_stats(const std::vector<ModelStats>& stats) {
       write_duration(w, "compute_input", b.compute_input);
       write_duration(w, "compute_infer", b.compute_infer);
       write_duration(w, "compute_output", b.compute_output);
+      w.EndObject();
+    }
+    w.EndArray();
+    // aotc's own key: per-instance counts (Triton keeps these in metrics only).
+    w.Key("instance_stats");
+    w.StartArray();
+    for (const auto& i : s.instances) {
+      w.StartObject();
+      w.Key("name"); w.String(i.name.c_str());
+      w.Key("device"); w.String(i.device.c_str());
+      w.Key("execution_count"); w.Uint64(i.execution_count);
+      w.Key("inference_count"); w.Uint64(i.inference_count);
       w.EndObject();
     }
     w.EndArray();

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
 #include <aotc/runtime.h>
@@ -60,6 +61,17 @@ int set_intra_op_threads(int n) {
   at::set_num_threads(n);
   intra_op_threads.store(n);
   return at::get_num_threads();
+}
+
+int visible_gpu_count() { return static_cast<int>(at::getNumGPUs()); }
+
+std::string package_device(const std::string& path) {
+  try {
+    return aotc::read_manifest(path).device;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw ServeError(503, what.substr(0, what.find('\n')));
+  }
 }
 
 Model::~Model() = default;

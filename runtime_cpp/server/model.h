@@ -29,6 +29,13 @@ struct LoadOptions {
 // count torch then reports (at::get_num_threads).
 int set_intra_op_threads(int n);
 
+// GPUs this process sees (0 on a CPU build of torch or a machine without CUDA).
+int visible_gpu_count();
+
+// The device a package was exported for ("cpu" or "cuda"), from its manifest, without loading its code.
+// Throws ServeError(503) with the one-line reason when the manifest cannot be read.
+std::string package_device(const std::string& path);
+
 class Model {
  public:
   // Opens and verifies the package. Throws ServeError(503) carrying the one-line reason it cannot load.

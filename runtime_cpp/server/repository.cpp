@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "codec.h"
+#include "instances.h"
 
 namespace aotc::server {
 
@@ -170,17 +171,24 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
     try {
       ModelConfig cfg = f.has_config ? codec::parse_model_config(f.config_text) : ModelConfig{};
       cfg.device_index = cfg.device_index.value_or(defaults_.device_index);
-      LoadOptions load;
-      load.num_runners = static_cast<size_t>(cfg.num_runners);
-      load.device_index = static_cast<int>(*cfg.device_index);
-      load.cuda_graphs = defaults_.cuda_graphs;
-      std::shared_ptr<const Model> model = Model::open(f.path, f.model, vstr, load);
-      fresh = std::make_shared<Scheduler>(model, with_defaults(cfg, model->info()));
-      char secs[32];
-      std::snprintf(secs, sizeof secs, "%.2f", model->load_seconds());
+      const auto start = Clock::now();
+      const std::string device = package_device(f.path);
+      std::vector<Scheduler::Instance> instances;
+      std::shared_ptr<const Model> model;
       std::string where;
+      for (const Placement& p : place_instances(cfg, device, device == "cuda" ? visible_gpu_count() : 0)) {
+        LoadOptions load;
+        load.num_runners = p.count;
+        load.device_index = p.device_index;
+        load.cuda_graphs = defaults_.cuda_graphs;
+        model = Model::open(f.path, f.model, vstr, load);
+        for (size_t i = 0; i < p.count; ++i) instances.push_back({model, p.device});
+        where += (where.empty() ? " on " : ", ") + p.device + " x" + std::to_string(p.count);
+      }
+      fresh = std::make_shared<Scheduler>(std::move(instances), with_defaults(cfg, model->info()));
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.2f", std::chrono::duration<double>(Clock::now() - start).count());
       if (model->info().device == "cuda") {
-        where = " on cuda:" + (load.device_index < 0 ? std::string("current") : std::to_string(load.device_index));
         std::string buckets;
         for (int64_t b : model->info().graph_buckets) buckets += (buckets.empty() ? "" : ",") + std::to_string(b);
         where += buckets.empty() ? ", no CUDA graphs" : ", CUDA graphs at batch " + buckets;

@@ -37,16 +37,22 @@ bool compatible(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
 
 }  // namespace
 
-Scheduler::Scheduler(std::shared_ptr<const Model> model, const ModelConfig& config)
-    : model_(std::move(model)), config_(config) {
-  stats_.name = model_->info().name;
-  stats_.version = model_->info().version;
-  stats_.load_seconds = model_->load_seconds();
+Scheduler::Scheduler(std::vector<Instance> instances, const ModelConfig& config)
+    : instances_(std::move(instances)), config_(config) {
+  const ModelInfo& mi = info();
+  stats_.name = mi.name;
+  stats_.version = mi.version;
+  stats_.load_seconds = instances_[0].model->load_seconds();
+  for (size_t i = 0; i < instances_.size(); ++i) {
+    InstanceStats is;
+    is.name = mi.name + "_" + std::to_string(i);
+    is.device = instances_[i].device;
+    stats_.instances.push_back(is);
+  }
   if (config_.preferred_batch_sizes.empty())
-    for (int64_t b : model_->info().graph_buckets)
+    for (int64_t b : mi.graph_buckets)
       if (b <= config_.max_batch_size) targets_.push_back(b);
-  for (int64_t i = 0; i < std::max<int64_t>(1, config_.num_runners); ++i)
-    runners_.emplace_back([this] { runner_loop(); });
+  for (size_t i = 0; i < instances_.size(); ++i) runners_.emplace_back([this, i] { runner_loop(i); });
 }
 
 Scheduler::~Scheduler() {
@@ -60,15 +66,15 @@ Scheduler::~Scheduler() {
 
 std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us) {
   auto job = std::make_shared<Job>();
-  job->rows = model_->info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
+  job->rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
   job->inputs = std::move(inputs);
   job->enqueued = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) throw unavailable("model '" + model_->info().name + "' is being unloaded; retry");
+    if (stop_) throw unavailable("model '" + info().name + "' is being unloaded; retry");
     if (static_cast<int64_t>(queue_.size()) >= config_.max_queue_size) {
       record_failure("REJECTED");
-      throw unavailable("model '" + model_->info().name + "' has " + std::to_string(queue_.size()) +
+      throw unavailable("model '" + info().name + "' has " + std::to_string(queue_.size()) +
                         " requests queued (max_queue_size); retry later");
     }
     queue_.push_back(job);
@@ -115,7 +121,7 @@ ModelStats Scheduler::stats() const {
   return s;
 }
 
-void Scheduler::runner_loop() {
+void Scheduler::runner_loop(size_t instance) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -126,7 +132,7 @@ void Scheduler::runner_loop() {
     auto jobs = take_batch(lock);
     if (jobs.empty()) continue;
     lock.unlock();
-    execute(jobs);
+    execute(instance, jobs);
     lock.lock();
   }
 }
@@ -178,7 +184,7 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
   return jobs;
 }
 
-void Scheduler::execute(std::vector<std::shared_ptr<Job>>& jobs) {
+void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs) {
   auto t0 = Clock::now();
   int64_t total = 0;
   for (const auto& j : jobs) total += j->rows;
@@ -197,7 +203,7 @@ void Scheduler::execute(std::vector<std::shared_ptr<Job>>& jobs) {
       }
     }
     t1 = Clock::now();
-    outputs = model_->run(inputs);
+    outputs = instances_[instance].model->run(inputs);
     t2 = Clock::now();
     if (jobs.size() == 1) {
       jobs[0]->outputs = std::move(outputs);
@@ -232,8 +238,10 @@ void Scheduler::execute(std::vector<std::shared_ptr<Job>>& jobs) {
   {
     std::lock_guard<std::mutex> sl(stats_mu_);
     ++stats_.execution_count;
+    ++stats_.instances[instance].execution_count;
     if (!error) {
       stats_.inference_count += static_cast<uint64_t>(total);
+      stats_.instances[instance].inference_count += static_cast<uint64_t>(total);
       stats_.last_inference_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                                            std::chrono::system_clock::now().time_since_epoch())
                                                            .count());

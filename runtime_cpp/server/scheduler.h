@@ -1,6 +1,7 @@
-// The per-model-version scheduler: a request queue in front of a Model, with dynamic batching and runners.
+// The per-model-version scheduler: a request queue in front of a model's instances, with dynamic batching.
 //
-// Ownership: a Scheduler shares its Model (shared_ptr) and owns its runner threads (config.num_runners).
+// Ownership: a Scheduler shares its Models (shared_ptr; instances on one device share one Model) and owns one
+// runner thread per instance. The next free instance takes the next batch formed from the one shared queue.
 // Requests whose trailing dims agree are concatenated along the manifest's batch dim (dim 0) up to
 // max_batch_size, waiting at most max_queue_delay_us after the oldest one arrived (a preferred batch size
 // goes at once), then the outputs are split back by rows. A CUDA package replayed as CUDA graphs pads a
@@ -26,8 +27,14 @@ namespace aotc::server {
 
 class Scheduler {
  public:
-  // `config` must already carry the defaults (repository.cpp fills them from the manifest).
-  Scheduler(std::shared_ptr<const Model> model, const ModelConfig& config);
+  // One instance: a runner thread calling `model`, reported under `device` ("cpu", "cuda:1").
+  struct Instance {
+    std::shared_ptr<const Model> model;
+    std::string device;
+  };
+  // `instances` must be non-empty and all of one package; `config` must already carry the defaults
+  // (repository.cpp fills them from the manifest).
+  Scheduler(std::vector<Instance> instances, const ModelConfig& config);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -40,17 +47,17 @@ class Scheduler {
   void record_failure(const std::string& reason);
 
   ModelStats stats() const;
-  const ModelInfo& info() const { return model_->info(); }
+  const ModelInfo& info() const { return instances_[0].model->info(); }
   const ModelConfig& config() const { return config_; }
-  bool batching() const { return config_.max_batch_size > 0 && model_->info().batch.has_value(); }
+  bool batching() const { return config_.max_batch_size > 0 && info().batch.has_value(); }
 
  private:
   struct Job;
-  void runner_loop();
+  void runner_loop(size_t instance);
   std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
-  void execute(std::vector<std::shared_ptr<Job>>& jobs);
+  void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs);
 
-  std::shared_ptr<const Model> model_;
+  std::vector<Instance> instances_;
   ModelConfig config_;
   std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
 

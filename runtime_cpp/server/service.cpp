@@ -169,6 +169,19 @@ std::string metrics_text(const Repository& repo) {
          [](const ModelStats& s) { return s.compute_output.ns / 1000; });
   family("nv_model_load_duration_secs", "gauge", "Model load time in seconds",
          [](const ModelStats& s) { return s.load_seconds; });
+  // aotc's per-instance families: one series per instance, labelled with its device ("cpu", "cuda:1");
+  // summed over a model version's instances they give nv_inference_exec_count and nv_inference_count.
+  auto per_instance = [&](const char* name, const char* help, auto value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
+    for (const auto& s : all)
+      for (const auto& i : s.instances)
+        out << name << "{device=\"" << i.device << "\",instance=\"" << i.name << "\",model=\"" << s.name
+            << "\",version=\"" << s.version << "\"} " << value(i) << "\n";
+  };
+  per_instance("aotc_instance_exec_count", "Number of model executions performed by one instance",
+               [](const InstanceStats& i) { return i.execution_count; });
+  per_instance("aotc_instance_inference_count", "Number of inferences performed by one instance",
+               [](const InstanceStats& i) { return i.inference_count; });
   return out.str();
 }
 

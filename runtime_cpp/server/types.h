@@ -70,6 +70,13 @@ struct ModelInfo {
   std::vector<int64_t> graph_buckets;  // batch sizes replayed as CUDA graphs, ascending; empty on CPU / graphs off
 };
 
+// One entry of config.json's instance_group, as configured (Triton's form).
+struct InstanceGroup {
+  int64_t count = 1;          // instances per listed GPU (KIND_GPU) or in all (KIND_CPU)
+  std::string kind;           // "KIND_GPU" or "KIND_CPU"
+  std::vector<int64_t> gpus;  // KIND_GPU: the GPUs; empty = every visible GPU
+};
+
 // DIR/<model>/config.json, with defaults filled in from the manifest by the repository.
 struct ModelConfig {
   int64_t max_batch_size = -1;             // 0 turns dynamic batching off; -1 = default from the manifest
@@ -78,6 +85,7 @@ struct ModelConfig {
   int64_t num_runners = 1;                 // model calls that may run at once
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
   std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index
+  std::vector<InstanceGroup> instance_group;  // as configured; empty = num_runners instances on device_index
 };
 
 // ---- inference ----
@@ -119,6 +127,14 @@ struct BatchStats {
   Duration compute_input, compute_infer, compute_output;
 };
 
+// One instance: a runner thread bound to one Session on one device.
+struct InstanceStats {
+  std::string name;                        // "<model>_<n>", n counting from 0 across the groups
+  std::string device;                      // "cpu" or "cuda:<index>"
+  uint64_t execution_count = 0;            // model calls this instance made
+  uint64_t inference_count = 0;            // rows it inferred
+};
+
 struct ModelStats {
   std::string name;
   std::string version;
@@ -128,6 +144,7 @@ struct ModelStats {
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   std::map<std::string, uint64_t> failures_by_reason;  // REJECTED, CANCELED, BACKEND, OTHER
   std::map<int64_t, BatchStats> batch_stats;           // keyed by the batch size run
+  std::vector<InstanceStats> instances;                // per instance; execution counts add up to execution_count
   uint64_t pending = 0;                    // queued + executing requests now
   double load_seconds = 0;
 };
