@@ -1,5 +1,6 @@
 """Per-call latency of one model four ways on CPU: eager PyTorch, torch.compile, PyTorch's Python AOTI
-runner (torch._inductor.aoti_load_package) and the aotc C++ runtime (`aotc-run --bench`), side by side.
+runner (torch._inductor.aoti_load_package) and the aotc C++ runtime (in-process through aotc._runtime, and
+`aotc-run --bench`), side by side.
 
     .venv/bin/python bench/runtime.py [--models mlp,simple,bert] [--batches 1,64] [--write-docs]
 
@@ -27,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
 SECTION = "## Runtime, CPU"
-BACKENDS = ("eager", "torch.compile", "AOTI Python runner", "aotc C++ runtime")
+BACKENDS = ("eager", "torch.compile", "AOTI Python runner", "aotc C++ runtime, in-process", "aotc C++ runtime")
 BUDGET_S = 0.5  # per backend and round; calls = clamp(BUDGET_S / eager latency, MIN_CALLS, max_calls)
 MIN_CALLS = 10
 
@@ -109,7 +110,14 @@ def measure(name: str, batch: int, max_calls: int, rounds: int) -> dict:
         compiled(*inputs)  # compile outside the timing
         ensure_libstdcxx_global()
         runner = torch._inductor.aoti_load_package(str(pkg))
-        python_backends = {"eager": model, "torch.compile": compiled, "AOTI Python runner": runner}
+        # The same C++ runtime in this process through aotc._runtime (numpy in and out), so that it takes
+        # turns with the other in-process backends under the same conditions as they do.
+        from aotc.runtime import Session
+
+        session = Session(str(pkg))
+        arrays = [x.numpy() for x in inputs]
+        python_backends = {"eager": model, "torch.compile": compiled, "AOTI Python runner": runner,
+                           "aotc C++ runtime, in-process": lambda *_: session.run(arrays)}
         # Backends take turns, `rounds` times, so that load from other processes falls on all of them alike;
         # each reports the median over rounds of its per-round median and p90.
         per_round = {b: [] for b in BACKENDS}
@@ -175,7 +183,8 @@ def main() -> int:
             f"{time.strftime('%Y-%m-%d', time.gmtime())}. Command: `{cmd.strip()}`.\n"
             "eager and torch.compile run the model file's module; the AOTI Python runner is "
             "`torch._inductor.aoti_load_package`; the C++ runtime is `aotc-run PKG in.npy --bench N` "
-            "(validation included, no Python).\n\n" + table(rows) + "\n")
+            "(validation included, no Python, its own process), and in-process through `aotc._runtime` "
+            "(numpy in and out), taking turns with the other in-process backends.\n\n" + table(rows) + "\n")
     print(text)
     if args.write_docs:
         write_docs(text)
