@@ -53,21 +53,13 @@ def graph_timer(fn) -> float | None:
     for a CUDA package with CUDA graphs on), or None when fn cannot be captured."""
     from triton.testing import do_bench
 
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-    except Exception as err:  # noqa: BLE001  (a host sync inside fn: report it, time the plain call only)
-        torch.cuda.synchronize()
-        print(f"    (not capturable in a CUDA graph: {type(err).__name__})", flush=True)
+    from aotc.rewrite.eb_measure import cuda_graphed
+
+    replay = cuda_graphed(fn, warmup=3)
+    if replay is None:  # a host sync inside fn: report it, time the plain call only
+        print("    (not capturable in a CUDA graph)", flush=True)
         return None
-    return do_bench(graph.replay, warmup=50, rep=300, return_mode="median")
+    return do_bench(replay, warmup=50, rep=300, return_mode="median")
 
 
 def copy_gbs(device: str, nbytes: int = 256 << 20) -> float:

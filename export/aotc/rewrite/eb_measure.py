@@ -44,8 +44,9 @@ def capture(ep, example_inputs) -> list[tuple]:
 _CAPTURABLE = ("aten", "triton")  # one kernel launch each, no host sync
 
 
-def _graphed(fn):
-    """fn captured in a CUDA graph, or None when it cannot be (a host sync, e.g. a length read from data).
+def cuda_graphed(fn, warmup: int = 1):
+    """fn captured in a CUDA graph (its replay), or None when it cannot be (a host sync, e.g. a length read
+    from data). `warmup` calls on a side stream come first, as capture requires.
 
     A CUDA package runs its kernels from C++ and, with a dynamic batch, replays them as a CUDA graph: timing
     the Python call would rank the candidates by their Python launch cost, which the package does not pay."""
@@ -53,7 +54,8 @@ def _graphed(fn):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            fn()
+            for _ in range(warmup):
+                fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -72,7 +74,7 @@ def _time_all(fns: dict, device: str) -> dict[str, float]:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     # Only single-kernel candidates are captured: a failed capture (a host sync inside a compiled candidate)
     # can leave the CUDA generator in capture state and break the compile that follows the measurement.
-    graphs = {name: _graphed(fn) for name, fn in fns.items() if name in _CAPTURABLE} if cuda else {}
+    graphs = {name: cuda_graphed(fn) for name, fn in fns.items() if name in _CAPTURABLE} if cuda else {}
     best = {name: float("inf") for name in fns}
     spent, rounds = 0.0, 0
     while (spent < _BUDGET_S and rounds < 100) or rounds < 5:
