@@ -87,8 +87,11 @@ def reference_inputs(rows, batch, device, seed=0):
     return ids.to(device), offsets.to(device)
 
 
-def compile_package(ep, path: str, device: str) -> callable:
-    configs = {"freezing": True} if device == "cpu" else {}
+def compile_package(ep, path: str, device: str, freezing: bool | None = None) -> callable:
+    """AOTInductor with PyTorch's defaults (freezing on CPU, where it is what makes AOTI fast), loaded by
+    PyTorch's Python runner."""
+    freezing = device == "cpu" if freezing is None else freezing
+    configs = {"freezing": True} if freezing else {}
     torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
     return torch._inductor.aoti_load_package(path)
 
@@ -133,33 +136,62 @@ def kernel_bench(device: str, lowerings: list[str], tmp: str) -> list[dict]:
             record("eager aotc Triton kernel", lambda: kernel.pool(a.weight, ids, offsets, low.MODE_MEAN),
                    capturable=True)
             if device == "cuda":
-                tile_sweep(kernel, a, useful)
+                sweep = tile_sweep(kernel, a, useful)
         t = time.perf_counter()
-        new_ep, _ = eb.rewrite(ep, (ids, offsets), device, name)
+        new_ep, report = eb.rewrite(ep, (ids, offsets), device, name)
+        if name == "triton":
+            tiles = report["details"][0].get("tiles")
+            print(f"    (export-time tuning on these inputs chose {tiles})", flush=True)
         runner = compile_package(new_ep, os.path.join(tmp, f"eb_{name}.pt2"), device)
         print(f"    (AOTI compile of {name}: {time.perf_counter() - t:.0f} s)", flush=True)
         label = "AOTI, ATen kernel (fallback)" if name == "aten" else f"AOTI, aotc {name}"
         record(label, lambda: runner(ids, offsets))
+    if device == "cuda" and "triton" in lowerings:
+        results.append({"variant": "tile sweep", "tiles": sweep})
     return results
 
 
-def tile_sweep(kernel, a, useful: int) -> None:
-    """Times the Triton kernel under other tile sizes, to check the default `tile_sizes` picks well."""
+def tile_sweep(kernel, a, useful: int) -> list[dict]:
+    """Times the Triton kernel at every tile export-time tuning may pick (`tile_candidates`): the call by
+    do_bench and its CUDA-graph replay (GPU time only), to show what tuning chooses from."""
     default = kernel.tile_sizes(a.weight.shape[1], a.weight.element_size())
-    for tiles in [(8, 128, 1), (16, 128, 2), (16, 128, 4), (32, 128, 2), (32, 128, 4), (64, 128, 4),
-                  (64, 128, 8), (32, 64, 2)]:
-        kernel.TILE_OVERRIDE = tiles
-        try:
-            ms = timer(lambda: kernel.pool(a.weight, a.indices, a.offsets, a.mode), "cuda")
-        finally:
-            kernel.TILE_OVERRIDE = None
+    rows = []
+    for tiles in kernel.tile_candidates(a.weight.shape[1]):
+        def call(tiles=tiles):
+            return kernel.pool(a.weight, a.indices, a.offsets, a.mode, tiles=tiles)
+        ms = timer(call, "cuda")
+        graph_ms = graph_timer(call)
+        rows.append({"tiles": list(tiles), "ms": ms, "graph_ms": graph_ms})
         mark = " (default)" if tiles == default else ""
+        graph = f", replay {graph_ms * 1e3:.1f} us {useful / (graph_ms * 1e-3) / 1e9:.0f} GB/s" if graph_ms else ""
         print(f"    tiles BLOCK_L, BLOCK_D, warps = {tiles}: {ms * 1e3:.1f} us, "
-              f"{useful / (ms * 1e-3) / 1e9:.0f} GB/s{mark}", flush=True)
+              f"{useful / (ms * 1e-3) / 1e9:.0f} GB/s{graph}{mark}", flush=True)
+    return rows
+
+
+def round_robin_ms(fns: dict, device: str, rounds: int = 25, calls: int = 10) -> dict[str, float]:
+    """Median over `rounds` of the wall-clock ms per call (`calls` calls, synchronized at the end) of each
+    fn, the variants taking turns within every round, so that load from other processes falls on all alike."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    samples = {k: [] for k in fns}
+    with torch.no_grad():
+        for fn in fns.values():  # warm-up
+            for _ in range(3):
+                fn()
+        sync()
+        for _ in range(rounds):
+            for label, fn in fns.items():
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                sync()
+                samples[label].append((time.perf_counter() - t) / calls * 1e3)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def model_bench(device: str, spec: str, batch: int, tmp: str, with_decomposed: bool = True) -> list[dict]:
-    """The recommendation model end to end: eager, plain AOTI (no rewrite), aotc package."""
+    """The recommendation model end to end: eager, plain AOTI (no rewrite; and with freezing on CUDA), the
+    aotc package; optionally the hand-decomposed model eagerly and as an aotc package. Timed round-robin."""
     sys.path.insert(0, str(REPO / "models"))
     import embedding_bag as rec
 
@@ -167,46 +199,68 @@ def model_bench(device: str, spec: str, batch: int, tmp: str, with_decomposed: b
     model = getattr(rec, name)().to(device).eval()
     example = tuple(x.to(device) for x in rec.example_inputs())
     inputs = tuple(x.to(device) for x in rec.make_inputs(batch=batch, max_bag=64, seed=1))
-    results = []
     with torch.no_grad():
         want = model(*inputs)
-
-    def record(label, fn):
-        with torch.no_grad():
-            err = (fn() - want).abs().max().item()
-            ms = timer(fn, device, reps=30)
-        results.append({"variant": label, "ms": ms, "max_abs_err": err})
-        print(f"  {label:<40} {ms:8.3f} ms  (err {err:.1e})", flush=True)
-
     print(f"model {spec}, batch {batch}, bags of 0..64 ids", flush=True)
-    record("eager", lambda: model(*inputs))
+    fns = {"eager": lambda: model(*inputs)}
     ep = torch.export.export(model, example, dynamic_shapes=rec.dynamic_shapes())
     plain = compile_package(ep, os.path.join(tmp, "plain.pt2"), device)
-    record("plain AOTI (ATen fallback kernels)", lambda: plain(*inputs))
+    fns["plain AOTI (ATen fallback kernels)"] = lambda: plain(*inputs)
+    if device == "cuda":  # PyTorch's CPU default; on CUDA it costs a lot per call (docs/benchmarks.md)
+        frozen = compile_package(ep, os.path.join(tmp, "plain_frozen.pt2"), device, freezing=True)
+        fns["plain AOTI, freezing"] = lambda: frozen(*inputs)
     runner = aotc_export(spec, os.path.join(tmp, "aotc.pt2"), device)
     if runner:
-        record("aotc package (aotc export)", lambda: runner(*inputs))
+        fns["aotc package (aotc export)"] = lambda: runner(*inputs)
     if with_decomposed:  # the same model, pooling written by hand from basic ops (padded ids + mask)
         import embedding_bag_decomposed as dec
 
         padded = tuple(x.to(device) for x in dec.from_jagged(tuple(x.cpu() for x in inputs)))
         dmodel = getattr(dec, name)().to(device).eval()
-        record("eager, hand-decomposed (padded+mask)", lambda: dmodel(*padded))
+        fns["eager, hand-decomposed (padded+mask)"] = lambda: dmodel(*padded)
         dspec = spec.replace("embedding_bag.py", "embedding_bag_decomposed.py")
         drunner = aotc_export(dspec, os.path.join(tmp, "decomposed.pt2"), device)
         if drunner:
-            record("aotc package, hand-decomposed", lambda: drunner(*padded))
+            fns["aotc package, hand-decomposed"] = lambda: drunner(*padded)
+    times = round_robin_ms(fns, device)
+    results = []
+    for label, fn in fns.items():
+        with torch.no_grad():
+            err = (fn() - want).abs().max().item()
+        results.append({"variant": label, "ms": times[label], "max_abs_err": err})
+        print(f"  {label:<40} {times[label]:8.3f} ms  (err {err:.1e})", flush=True)
+    if device == "cuda":
+        profile_calls("plain AOTI", lambda: plain(*inputs))
+        if runner:
+            profile_calls("aotc package", lambda: runner(*inputs))
     return results
 
 
-def aotc_export(spec: str, out: str, device: str):
+def profile_calls(label: str, fn, calls: int = 20) -> None:
+    """Prints what `calls` calls of fn spend, per op and kernel (torch.profiler, CPU and CUDA)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    print(f"  profile of {label}: {len(kernels) / calls:.1f} GPU activities per call", flush=True)
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=70),
+          flush=True)
+
+
+def aotc_export(spec: str, out: str, device: str, embedding_bag: str = "auto"):
     """Runs `aotc export` as a user would; returns the package loaded by AOTInductor's own loader, as plain
     AOTI is (aotc's Python Runner adds input validation that the C++ runtime does natively), or None."""
-    r = subprocess.run([sys.executable, "-m", "aotc.cli", "export", spec, "-o", out, "--device", device],
-                       cwd=REPO, capture_output=True, text=True)
-    chosen = [line for line in r.stdout.splitlines() if line.startswith("rewrite")]
+    r = subprocess.run([sys.executable, "-m", "aotc.cli", "export", spec, "-o", out, "--device", device,
+                        "--embedding-bag", embedding_bag], cwd=REPO, capture_output=True, text=True)
+    chosen = [line for line in r.stdout.splitlines() if line.startswith(("rewrite", "   "))]
     if r.returncode != 0 or chosen:
-        print("   ", spec, chosen[0] if chosen else r.stderr[-2000:], flush=True)
+        print("   ", spec, "\n    ".join(chosen) if chosen else r.stderr[-2000:], flush=True)
     if r.returncode != 0:
         return None
     runner = torch._inductor.aoti_load_package(out)

@@ -9,12 +9,24 @@
 # --device cuda, self-check them with aotc-run, run `pytest -m cuda`, run bench/gpu_models.py. A stage
 # that fails is reported and the stages after it still run where they can. Not for the CPU development
 # machine (it has no CUDA).
-# Writes at most 8 files to $OUT: summary.txt, build.log (machine and build), export.log, pytest.log,
+# Writes to $OUT: summary.txt, build.log (machine and build), export.log, pytest.log, multi.log, gpu_multi_<k>.md,
 # bench.log, gpu_bench.md, eb.log and eb.json (bench/embedding_bag.py, started in the background with the
 # build, since it compiles its own packages; the model benchmark waits for it so the GPU is not shared).
+# The stages check, test, multi and bench run in the order AOTC_GPU_STAGES lists them.
 # Knobs: AOTC_GPU_BUDGET_S (default 560: seconds the whole script may take; the benchmark gets what is
-# left), AOTC_GPU_STAGES (default "deps build export check test bench"), AOTC_TEST_TIMEOUT_S (default 240),
-# AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune").
+# left), AOTC_GPU_STAGES (default "deps build export eb check test multi bench"), AOTC_TEST_TIMEOUT_S
+# (default 240), AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
+# AOTC_EXTRA_EXPORTS ("label=flags;...": more exports of bert_base, e.g. "freezing=--freezing on", each
+# measured as its own aotc-run column),
+# AOTC_EB_ARGS / AOTC_EB_TIMEOUT_S (default 420) for bench/embedding_bag.py,
+# AOTC_EB_GPU / AOTC_TEST_GPU (CUDA_VISIBLE_DEVICES for the embedding-bag benchmark / for `pytest -m cuda`:
+# on a two-GPU machine they can run side by side without sharing a GPU).
+# Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
+# per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
+# Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
+# GPU 0): exports bert_base with --max-autotune, then runs bench/gpu_models.py's max-autotune parts
+# (torch.compile mode max-autotune, aotc-run on that package) into gpu_bench_tuned.md. With it, the main
+# benchmark leaves compile-max-autotune to it.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -22,10 +34,11 @@ OUT=${OUT:-$ROOT/out/gpu}
 mkdir -p "$OUT"
 START=$(date +%s)
 BUDGET=${AOTC_GPU_BUDGET_S:-560}
-STAGES=${AOTC_GPU_STAGES:-"deps build export eb check test bench"}
+STAGES=${AOTC_GPU_STAGES:-"deps build export eb check test multi bench"}
 DEPS=/tmp/aotc-deps          # unpacked .debs (never into /)
 SITE=/tmp/aotc-site          # carried wheels
 PKGS=/tmp/aotc-pkgs          # exported packages, shared by the tests and the benchmark
+EXTRA=/tmp/aotc-pkgs-extra   # variants only the benchmark uses (freezing on, max-autotune)
 BIN=/tmp/aotc-bin            # aotc, aotc-run, aotc-server on PATH
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
@@ -34,6 +47,7 @@ export PYTHONPATH=$SITE:$ROOT/export:$ROOT/python_client${PYTHONPATH:+:$PYTHONPA
 export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$BIN:$DEPS/usr/bin:$PATH
 export AOTC_CUDA_PACKAGES=$PKGS
+export AOTC_SERVER_BIN=$BIN/aotc-server   # for the tests (tests/servers.py); the build links it there
 PY=$(command -v python3)
 
 say() { echo "[gpu.sh +$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
@@ -93,7 +107,7 @@ build() {
   # aotc._runtime next to the aotc sources (this checkout is a throw-away copy), binaries on PATH
   find build/gpu -name '_runtime*.so' -exec cp {} export/aotc/ \;
   local exe
-  for exe in aotc-run aotc-server; do
+  for exe in aotc-run aotc-server aotc-load; do
     local p
     p=$(find build/gpu -type f -name "$exe" -perm -u+x | head -1)
     [ -n "$p" ] && ln -sf "$ROOT/$p" "$BIN/$exe" || echo "warning: $exe was not built"
@@ -116,13 +130,27 @@ export_start() {
       >"$PKGS/bert_base.log" 2>&1
     echo $? >"$PKGS/bert_base.rc" ) &
   EXPORT_PIDS="$EXPORT_PIDS $!"
+  EXPORTED="$PKGS/mlp $PKGS/bert_base"
+  # AOTC_EXTRA_EXPORTS="label=aotc export flags;...": more exports of bert_base for the benchmark to compare
+  local spec label flags
+  IFS=';' read -ra specs <<<"${AOTC_EXTRA_EXPORTS:-}"
+  for spec in "${specs[@]}"; do
+    [ -n "$spec" ] || continue
+    label=${spec%%=*}; flags=${spec#*=}
+    mkdir -p "$EXTRA"
+    ( aotc export models/bert.py:bert_base --device cuda --dtype fp16 $flags --name bert_base \
+        -o "$EXTRA/bert_base_$label.pt2" >"$EXTRA/bert_base_$label.log" 2>&1
+      echo $? >"$EXTRA/bert_base_$label.rc" ) &
+    EXPORT_PIDS="$EXPORT_PIDS $!"
+    EXPORTED="$EXPORTED $EXTRA/bert_base_$label"
+  done
 }
 export_report() {
   local ok=0 m
-  for m in mlp bert_base; do
-    echo "== aotc export $m: exit $(cat "$PKGS/$m.rc" 2>/dev/null || echo '?')"
-    cat "$PKGS/$m.log" 2>/dev/null
-    [ "$(cat "$PKGS/$m.rc" 2>/dev/null)" = 0 ] || ok=1
+  for m in $EXPORTED; do
+    echo "== aotc export $(basename "$m"): exit $(cat "$m.rc" 2>/dev/null || echo '?')"
+    cat "$m.log" 2>/dev/null
+    [ "$(cat "$m.rc" 2>/dev/null)" = 0 ] || ok=1
   done
   return $ok
 }
@@ -215,9 +243,28 @@ T_EXPORT=$(date +%s)
 want export && export_start
 if want eb; then
   say "stage eb: started in the background (bench/embedding_bag.py --device cuda)"
-  ( t0=$(date +%s); "$PY" bench/embedding_bag.py --device cuda --json "$OUT/eb.json" >"$OUT/eb.log" 2>&1
+  ( [ -n "${AOTC_EB_GPU:-}" ] && export CUDA_VISIBLE_DEVICES=$AOTC_EB_GPU
+    t0=$(date +%s); timeout "${AOTC_EB_TIMEOUT_S:-420}" "$PY" bench/embedding_bag.py --device cuda \
+      --json "$OUT/eb.json" ${AOTC_EB_ARGS:-} >"$OUT/eb.log" 2>&1
     echo "exit $? in $(( $(date +%s) - t0 ))s" >>"$OUT/eb.log" ) &
   EB_PID=$!
+fi
+tuned() {
+  export CUDA_VISIBLE_DEVICES=${AOTC_TUNED_GPU:-1}
+  mkdir -p "$EXTRA"
+  local t0=$(date +%s) i
+  aotc export models/bert.py:bert_base --device cuda --dtype fp16 --max-autotune --name bert_base \
+    -o "$EXTRA/bert_base_ma.pt2" || echo "max-autotune export failed"
+  echo "max-autotune export: $(( $(date +%s) - t0 ))s"
+  for i in $(seq 120); do [ -x "$BIN/aotc-run" ] && break; sleep 2; done  # the build runs meanwhile
+  local left=$(( BUDGET - ($(date +%s) - START) - 10 ))
+  timeout "$left" "$PY" bench/gpu_models.py --packages "$PKGS" --only compile-max-autotune,aotc-run-extra \
+    --extra "max-autotune=$EXTRA/bert_base_ma.pt2" --budget-s $(( left - 10 )) --out "$OUT/gpu_bench_tuned.md"
+}
+if want tuned; then
+  say "stage tuned: started in the background on GPU ${AOTC_TUNED_GPU:-1}"
+  ( t0=$(date +%s); tuned >"$OUT/tuned.log" 2>&1; echo "exit $? in $(( $(date +%s) - t0 ))s" >>"$OUT/tuned.log" ) &
+  TUNED_PID=$!
 fi
 stage build "$OUT/build.log" build
 if want export; then
@@ -228,15 +275,45 @@ if want export; then
   say "stage export: $( [ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)" ) in $(( $(date +%s) - T_EXPORT ))s" \
     "(both models, in parallel with the build)"
 fi
-stage check "$OUT/export.log" check_packages
-stage test "$OUT/pytest.log" timeout "${AOTC_TEST_TIMEOUT_S:-240}" "$PY" -m pytest -m cuda -q -p no:cacheprovider \
-  --timeout=120 -rs tests
-if [ -n "${EB_PID:-}" ]; then
+# ---- the stages that take turns, in the order AOTC_GPU_STAGES names them ------------------------------------
+wait_eb() {
+  [ -n "${EB_PID:-}" ] || return 0
   say "waiting for the embedding-bag benchmark"; wait "$EB_PID"; say "embedding-bag benchmark: $(tail -1 "$OUT/eb.log")"
+  EB_PID=""
+}
+# multi: two GPUs, one server (the test file and the benchmark skip themselves below 2 GPUs)
+multi() {
+  "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs tests/test_server_instances.py || return 1
+  local k
+  for k in ${AOTC_MULTI_INSTANCES:-2}; do  # instances per GPU; each count is its own one-run comparison
+    "$PY" bench/gpu_multi.py --packages "$PKGS" --instances "$k" --seconds "${AOTC_MULTI_SECONDS:-8}" \
+      --out "$OUT/gpu_multi_$k.md" || return 1
+  done
+}
+bench() {
+  local left=$(( BUDGET - ($(date +%s) - START) )) args="" f
+  say "benchmark budget: ${left}s"
+  for f in "$EXTRA"/bert_base_*.pt2; do  # the extra exports of bert_base, each its own aotc-run column
+    [ -f "$f" ] && args="$args --extra $(basename "$f" .pt2 | sed 's/^bert_base_//')=$f"
+  done
+  want tuned && args="$args --skip compile-max-autotune"
+  env ${TUNED_PID:+CUDA_VISIBLE_DEVICES=0} "$PY" bench/gpu_models.py --packages "$PKGS" --budget-s "$left" \
+    --out "$OUT/gpu_bench.md" $args ${AOTC_BENCH_ARGS:-}
+}
+for s in $STAGES; do
+  case $s in
+    check) stage check "$OUT/export.log" check_packages ;;
+    test)
+      [ -z "${AOTC_EB_GPU:-}" ] && wait_eb  # without a GPU of its own, the benchmark must not share one
+      stage test "$OUT/pytest.log" env ${AOTC_TEST_GPU:+CUDA_VISIBLE_DEVICES=$AOTC_TEST_GPU} \
+        timeout "${AOTC_TEST_TIMEOUT_S:-240}" "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs tests ;;
+    multi) wait_eb; stage multi "$OUT/multi.log" multi ;;
+    bench) [ -z "${AOTC_EB_GPU:-}" ] && wait_eb; stage bench "$OUT/bench.log" bench ;;
+  esac
+done
+wait_eb
+if [ -n "${TUNED_PID:-}" ]; then
+  say "waiting for stage tuned"; wait "$TUNED_PID"; say "stage tuned: $(tail -1 "$OUT/tuned.log")"
 fi
-LEFT=$(( BUDGET - ($(date +%s) - START) ))
-say "benchmark budget: ${LEFT}s"
-stage bench "$OUT/bench.log" "$PY" bench/gpu_models.py --packages "$PKGS" --budget-s "$LEFT" \
-  --out "$OUT/gpu_bench.md" ${AOTC_BENCH_ARGS:-}
-mv -f "$OUT/gpu_bench.json" /tmp/ 2>/dev/null
+mv -f "$OUT/gpu_bench.json" "$OUT/gpu_bench_tuned.json" /tmp/ 2>/dev/null
 say "done in $(( $(date +%s) - START ))s"

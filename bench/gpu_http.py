@@ -1,96 +1,88 @@
-"""HTTP load for bench/gpu_models.py: aotc-server on a repository of packages, and a closed-loop client for
-the Open Inference Protocol with binary tensors (one prebuilt body, replayed).
+"""HTTP load for bench/gpu_models.py and bench/gpu_multi.py: aotc-server on a repository of packages, and
+closed-loop load with binary tensors (Open Inference Protocol) from `aotc-load` (runtime_cpp/tools/aotc_load.cpp).
 
-`http_load` runs 1 connection in one process, or 32 connections in 8 spawned processes of 4 threads, so the
-Python client does not cap the server's throughput; each connection waits for its answer before sending
-again. Requests started in the first 2 s (process start-up) are not counted. Not a test; asserts nothing.
-`Server` starts aotc-server on a free port and stops it on close(); not thread-safe.
+`http_load` replays one prebuilt request body on `concurrency` keep-alive connections, each waiting for its
+answer before sending again, for `seconds` after a 1 s warm-up that is not counted, and returns aotc-load's
+latency percentiles and throughput. aotc-load is a thread per connection that reads each answer with a few
+big recv calls, so its own cost stays small next to the server's even for answers of megabytes (wrk, used
+before, read 8 KiB per call). A non-2xx answer counts as an error. Not a test; asserts nothing. `Server`
+starts aotc-server on a free port and stops it on close(); not thread-safe.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import multiprocessing as mp
 import os
 import shutil
 import socket
-import statistics
 import subprocess
-import threading
+import sys
+import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 
-def infer_body(x, name: str) -> tuple[bytes, dict]:
+
+def load_binary() -> str:
+    """AOTC_LOAD_BIN, else aotc-load on PATH or next to this Python, else a local CMake build (build/*/)."""
+    env = os.environ.get("AOTC_LOAD_BIN")
+    if env:
+        return env
+    found = shutil.which("aotc-load")
+    if found:
+        return found
+    candidates = [Path(sys.executable).parent / "aotc-load", REPO / ".venv" / "bin" / "aotc-load"]
+    candidates += sorted(REPO.glob("build/*/runtime_cpp/aotc-load"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise RuntimeError("aotc-load not found (PATH, .venv/bin, build/*/runtime_cpp); build it with `make build` "
+                       "or `cmake --build build/py --target aotc-load`, or set AOTC_LOAD_BIN")
+
+
+def infer_body(x, name: str, outputs: list[str] | None = None) -> tuple[bytes, dict]:
+    """One binary-tensor request: a JSON header, then x's bytes. `outputs` names the outputs to return
+    (each as binary data); None returns all of them."""
     import numpy as np
 
     arr = np.ascontiguousarray(x.numpy())
     dt = {"float32": "FP32", "int64": "INT64", "float16": "FP16"}[str(arr.dtype)]
-    header = json.dumps({"inputs": [{"name": name, "shape": list(arr.shape), "datatype": dt,
-                                     "parameters": {"binary_data_size": arr.nbytes}}],
-                         "parameters": {"binary_data_output": True}}).encode()
+    request = {"inputs": [{"name": name, "shape": list(arr.shape), "datatype": dt,
+                           "parameters": {"binary_data_size": arr.nbytes}}],
+               "parameters": {"binary_data_output": True}}
+    if outputs is not None:
+        request["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
+    header = json.dumps(request).encode()
     return header + arr.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
 
 
-def _client(port, path, body, headers, t_from, deadline, out_q, n_threads):
-    """One client process: n_threads keep-alive connections posting `body` until `deadline` (time.time());
-    requests that start before `t_from` warm up and are not counted."""
-    lat, errors = [], []
-
-    def connect():
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        conn.connect()
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
-
-    def loop():
-        conn = connect()
-        while time.time() < deadline:
-            t0 = time.perf_counter()
-            try:
-                conn.request("POST", path, body, headers)
-                resp = conn.getresponse()
-                resp.read()
-                if resp.status != 200:
-                    errors.append(resp.status)
-                    continue
-            except (http.client.HTTPException, OSError) as e:
-                errors.append(type(e).__name__)
-                conn.close()
-                conn = connect()
-                continue
-            if time.time() - (time.perf_counter() - t0) >= t_from:
-                lat.append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=loop) for _ in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    out_q.put((lat, errors[:5], len(errors)))
-
-
-def http_load(port, model, x, input_name, concurrency, seconds) -> dict:
-    body, headers = infer_body(x, input_name)
-    path = f"/v2/models/{model}/infer"
-    procs_n = 1 if concurrency == 1 else 8
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    t_from = time.time() + 2.0  # the processes need about a second to start
-    deadline = t_from + seconds
-    procs = [ctx.Process(target=_client, args=(port, path, body, headers, t_from, deadline, q, concurrency // procs_n))
-             for _ in range(procs_n)]
-    for p in procs:
-        p.start()
-    results = [q.get(timeout=seconds + 60) for _ in procs]
-    for p in procs:
-        p.join()
-    lat = sorted(v for r in results for v in r[0])
-    n_err = sum(r[2] for r in results)
-    if not lat:
-        raise RuntimeError(f"no successful request; errors {[r[1] for r in results]}")
-    return {"p50_ms": statistics.median(lat) * 1e3, "req_per_s": len(lat) / seconds, "errors": n_err}
+def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None) -> dict:
+    """Closed-loop load of `concurrency` connections for `seconds` after a 1 s warm-up ->
+    {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
+    answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout)}.
+    `outputs`: ask only for these outputs (None: all)."""
+    exe = load_binary()
+    body, headers = infer_body(x, input_name, outputs)
+    url = f"http://127.0.0.1:{port}/v2/models/{model}/infer"
+    with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
+        body_path = Path(tmp) / "body.bin"
+        body_path.write_bytes(body)
+        argv = [exe, "--url", url, "--body", str(body_path), "--connections", str(concurrency),
+                "--duration", f"{seconds:g}", "--warmup", "1", "--timeout", "30",
+                "--header", "Content-Type: application/octet-stream",
+                *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}"))]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("AOTC_LOAD ")]
+    if r.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {(r.stderr or r.stdout)[-400:]}")
+    s = json.loads(lines[-1].split(" ", 1)[1])
+    counts = {"status": sum(s["status"].values()), "connect": s["connect_errors"], "read": s["read_errors"],
+              "write": s["write_errors"], "timeout": s["timeouts"]}
+    return {"p50_ms": s["p50_us"] / 1e3, "p90_ms": s["p90_us"] / 1e3, "p99_ms": s["p99_us"] / 1e3,
+            "mean_ms": s["mean_us"] / 1e3, "req_per_s": s["req_per_s"], "requests": s["requests"],
+            "errors": s["errors"], "error_counts": counts}
 
 
 class Server:

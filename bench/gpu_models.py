@@ -4,11 +4,12 @@ runtime (aotc-run --bench) with and without CUDA graphs; aotc-server over HTTP a
 batch-1 requests at concurrency 32 with and without dynamic batching. Writes a markdown table (and a .json
 beside it). Run by bench/gpu.sh on the GPU machine:
   python bench/gpu_models.py --packages DIR [--budget-s S] [--out gpu_bench.md]
-DIR holds mlp.pt2 and bert_base.pt2 from `aotc export --device cuda`. Not a test: it asserts nothing, and a
-part that cannot run (no package, no aotc-server, no time left) is skipped with the reason printed.
+DIR holds mlp.pt2 and bert_base.pt2 from `aotc export --device cuda`, and optionally bert_base_ma.pt2 (the
+same export with --max-autotune: its own aotc-run column). Not a test: it asserts nothing, and a part that
+cannot run (no package, no aotc-server, no time left) is skipped with the reason printed.
 In-process numbers are medians of CUDA-event times, one synchronized call at a time, inputs already on the
 GPU ("device") or copied in from pinned host memory and out again ("host"); aotc-run and HTTP numbers are
-wall-clock medians, host to host. HTTP load runs in 8 client processes of 4 threads (32 connections).
+wall-clock medians, host to host. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from gpu_http import Server, http_load
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
-COST_S = {"compile": 45, "compile-reduce-overhead": 50, "compile-max-autotune": 150}  # per (model, batch)
+COST_S = {"compile": 45, "compile-reduce-overhead": 50, "compile-max-autotune": 100}  # per (model, batch)
 
 
 def load_model(name: str, torch):
@@ -96,6 +97,22 @@ def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path) -> fl
     return float(m.group(1)) / 1e3
 
 
+# ---- server statistics -------------------------------------------------------------------------------------
+def server_stats(port: int, model: str) -> dict:
+    import http.client
+
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", f"/v2/models/{model}/stats")
+    return json.loads(c.getresponse().read())["model_stats"][0]["inference_stats"]
+
+
+def stats_per_request(before: dict, after: dict) -> dict:
+    """Mean microseconds per request of each phase between two /stats snapshots (warm-up included)."""
+    n = after["success"]["count"] - before["success"]["count"]
+    return {k: (after[k]["ns"] - before[k]["ns"]) / max(n, 1) / 1e3
+            for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")} | {"requests": n}
+
+
 # ---- the run -----------------------------------------------------------------------------------------------
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -104,9 +121,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("gpu_bench.md"))
     ap.add_argument("--http-seconds", type=float, default=3.0, help="seconds per HTTP load level")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out, e.g. compile-max-autotune")
+    ap.add_argument("--only", default="", help="comma-separated parts to run, nothing else (e.g. "
+                    "compile-max-autotune,aotc-run-extra)")
+    ap.add_argument("--extra", action="append", default=[], metavar="LABEL=PKG",
+                    help="another CUDA export of bert_base, timed by aotc-run with CUDA graphs as its own column")
     args = ap.parse_args()
     t_start = time.time()
     skip = set(filter(None, args.skip.split(",")))
+    only = set(filter(None, args.only.split(",")))
+    extras = {k: Path(v) for k, v in (e.split("=", 1) for e in args.extra)}
 
     import torch
 
@@ -124,15 +147,18 @@ def main() -> int:
         return args.budget_s - (time.time() - t_start)
 
     def part(label, cost_s, fn):
-        if label.split(":")[0] in skip:
-            notes.append(f"{label}: skipped (--skip)")
-        elif left() < cost_s:
+        if label.split(":")[0] in skip or (only and label.split(":")[0] not in only):
+            if not only:
+                notes.append(f"{label}: skipped (--skip)")
+            return
+        if left() < cost_s:
             notes.append(f"{label}: skipped, {left():.0f} s of budget left, needs about {cost_s} s")
         else:
             t0 = time.time()
             try:
                 fn()
                 print(f"{label}: done in {time.time() - t0:.1f} s", flush=True)
+                write_report(args.out, res, notes, torch, time.time() - t_start, quiet=True)  # kept if killed
                 return
             except Exception as e:  # a benchmark part that fails is reported, the rest still runs
                 first = (str(e).strip().splitlines() or [""])[0][:300]
@@ -177,6 +203,17 @@ def main() -> int:
 
             part(f"aotc-run:{name}:{'graphs' if graphs else 'no-graphs'}", 10, cpp)
 
+    for label, path in extras.items():  # other exports of bert_base (max-autotune, freezing on)
+        def cpp_extra(label=label, path=path):
+            for b in (1, 8):
+                ms = aotc_run_bench(path, make_input("bert_base", b, torch), True, 5 * iters("bert_base"), tmp)
+                res[("bert_base", b)][f"aotc-run graphs, {label}"] = {"host": ms}
+
+        if path.is_file():
+            part(f"aotc-run-extra:{label}", 10, cpp_extra)
+        else:
+            notes.append(f"aotc-run-extra:{label}: no package at {path}")
+
     def server():
         bert = args.packages / "bert_base.pt2"
         input_name = {n: read_manifest(str(args.packages / f"{n}.pt2"))["inputs"][0]["name"] for n in ("mlp", "bert_base")}
@@ -188,7 +225,16 @@ def main() -> int:
             for n, b in CASES:
                 x = make_input(n, b, torch)
                 for c in (1, 32):
+                    if c == 1:  # first capture the CUDA graphs of this batch size, so the statistics are steady
+                        http_load(srv.port, n, x, input_name[n], 1, 1.0)
+                    before = server_stats(srv.port, n)
                     res[(n, b)][f"http c{c}"] = http_load(srv.port, n, x, input_name[n], c, args.http_seconds)
+                    if c == 1:  # where a request's time goes inside the server (Triton's statistics)
+                        res[(n, b)]["server c1"] = stats_per_request(before, server_stats(srv.port, n))
+            for b in (1, 8):  # what a classifier client asks for: the pooled output alone, not 196 KiB a row
+                res[("bert_base", b)]["http c1 pooler_output"] = http_load(
+                    srv.port, "bert_base", make_input("bert_base", b, torch), input_name["bert_base"], 1,
+                    args.http_seconds, outputs=["pooler_output"])
             x1 = make_input("bert_base", 1, torch)
             res[("bert_base", 1)]["http c32 unbatched"] = http_load(
                 srv.port, "bert_base_unbatched", x1, input_name["bert_base"], 32, args.http_seconds)
@@ -199,7 +245,7 @@ def main() -> int:
 
     for mode in ("default", "reduce-overhead", "max-autotune"):
         key = "compile" if mode == "default" else f"compile-{mode}"
-        for name, b in CASES:
+        for name, b in reversed(CASES):  # BERT batch 8 first: the closest race
             def comp(name=name, b=b, mode=mode, key=key):
                 torch._dynamo.reset()
                 fn = torch.compile(models[name], mode=None if mode == "default" else mode)
@@ -212,9 +258,10 @@ def main() -> int:
     return 0
 
 
-def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float) -> None:
+def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, quiet: bool = False) -> None:
     cols = ["eager", "compile", "compile-max-autotune", "compile-reduce-overhead", "aoti-python", "aotc-run",
-            "aotc-run graphs", "http c1", "http c32"]
+            "aotc-run graphs"]
+    cols += sorted({k for d in res.values() for k in d if k.startswith("aotc-run graphs,")}) + ["http c1", "http c32"]
 
     def cell(d, kind):
         if d is None:
@@ -235,6 +282,21 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float) 
         for (name, b), d in res.items():
             lines.append(f"| {name} | {b} | " + " | ".join(cell(d.get(c), kind) for c in cols) + " |")
         lines.append("")
+    for (name, b), d in res.items():
+        for key, what in (("http c1", "all outputs"), ("http c1 pooler_output", "pooler_output only")):
+            if d.get(key) and d.get("aotc-run graphs"):
+                lines.append(f"aotc-server at concurrency 1 adds {d[key]['p50_ms'] - d['aotc-run graphs']['host']:.3f}"
+                             f" ms at p50 over in-process aotc-run with CUDA graphs ({name}, batch {b}, {what}; "
+                             f"HTTP p50 {d[key]['p50_ms']:.3f} ms).")
+    for (name, b), d in res.items():
+        if d.get("server c1"):
+            st = d["server c1"]
+            lines.append(f"Inside aotc-server at concurrency 1 ({name}, batch {b}), mean us per request: "
+                         f"{st['success']:.0f} from enqueue to answer = queue {st['queue']:.0f} + compute input "
+                         f"{st['compute_input']:.0f} + infer {st['compute_infer']:.0f} + output "
+                         f"{st['compute_output']:.0f}; the client's mean is {d['http c1']['mean_ms'] * 1e3:.0f} us "
+                         f"(HTTP, parsing and encoding: the difference).")
+    lines.append("")
     unb = res.get(("bert_base", 1), {}).get("http c32 unbatched")
     bat = res.get(("bert_base", 1), {}).get("http c32")
     if unb and bat:
@@ -247,7 +309,8 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float) 
     out.with_suffix(".json").write_text(json.dumps(
         {"device": dev, "torch": torch.__version__, "results": {f"{n}/b{b}": d for (n, b), d in res.items()},
          "notes": notes}, indent=1))
-    print(text)
+    if not quiet:
+        print(text)
 
 
 if __name__ == "__main__":

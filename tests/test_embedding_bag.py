@@ -150,6 +150,30 @@ def test_triton_kernel_cuda_matches_aten(dtype, mode, padding_idx, include_last_
         assert_matches_aten(fn(a), a, atol=tol, rtol=tol)
 
 
+def check_every_tile(device, dtype, tol):
+    """Every tile export-time tuning may pick pools like ATen (row sizes below, at and above one block)."""
+    g = torch.Generator().manual_seed(6)
+    lengths = [int(x) for x in torch.randint(0, 70, (24,), generator=g)] + [0]
+    for dim in (20, 128, 300):
+        a = make_case(g, 500, dim, lengths, low.MODE_MEAN, 3, False, False, dtype=dtype, device=device)
+        for tiles in kernel.tile_candidates(dim):
+            out = kernel.pool(a.weight, a.indices, a.offsets, a.mode, padding_idx=3, tiles=tiles)
+            assert_matches_aten(out, a, atol=tol, rtol=tol)
+
+
+@triton_kernel
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter run is the CPU stand-in for the CUDA tests")
+def test_triton_kernel_interpreted_every_tile_matches_aten():
+    check_every_tile("cpu", torch.float32, 1e-4)
+
+
+@triton_kernel
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+def test_triton_kernel_cuda_every_tile_matches_aten():
+    check_every_tile("cuda", torch.float16, 1e-2)
+
+
 def test_hand_decomposed_model_file_equals_the_embedding_bag_model():
     """models/embedding_bag_decomposed.py (padded ids + mask) answers like models/embedding_bag.py."""
     import importlib.util

@@ -13,6 +13,8 @@ from torch import nn
 
 from aotc.errors import AotcError
 from aotc.rewrite import embedding_bag as eb
+from aotc.rewrite import eb_lowerings as low
+from aotc.rewrite import eb_measure
 
 torch.manual_seed(0)
 
@@ -91,8 +93,39 @@ def test_auto_measures_candidates_and_keeps_the_fastest(exported):
     times = report["candidates_ms"]
     assert set(times) | set(report.get("skipped", {})) == {"aten", "decompose", "jagged"}
     assert "aten" in times and all(t > 0 for t in times.values())
-    assert report["lowering"] == min(times, key=times.get)
+    workloads = [times] + ([report["candidates_ms_scaled"]] if "candidates_ms_scaled" in report else [])
+    assert report["lowering"] == eb_measure.choose(workloads)
     assert_same_answers(model, new_ep)
+
+
+def test_choose_needs_a_margin_over_aten_on_every_workload():
+    assert eb_measure.choose([{"aten": 1.0, "jagged": 0.97}]) == "aten"  # within the margin: ATen stays
+    assert eb_measure.choose([{"aten": 1.0, "jagged": 0.5, "triton": 0.4}]) == "triton"
+    # fastest on the small example, slower at the serving-sized batch: ATen stays
+    assert eb_measure.choose([{"aten": 1.0, "decompose": 0.5}, {"aten": 1.0, "decompose": 4.0}]) == "aten"
+    # the lowest worst-case ratio wins, not the lowest time on one workload
+    both = [{"aten": 1.0, "decompose": 0.3, "triton": 0.5}, {"aten": 1.0, "decompose": 0.9, "triton": 0.6}]
+    assert eb_measure.choose(both) == "triton"
+
+
+@pytest.mark.parametrize("include_last_offset", [False, True])
+def test_scaled_workload_repeats_the_bags(include_last_offset):
+    weight = torch.randn(20, 4)
+    ids, offsets = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 2])
+    if include_last_offset:
+        offsets = torch.cat([offsets, torch.tensor([5])])
+    psw = torch.rand(5)
+    plan = eb.NodePlan("n", low.MODE_SUM, True, include_last_offset, -1, None, 20, 4, "float32")
+    w, ids2, off2, psw2 = eb_measure.scale_args((weight, ids, offsets, psw), plan, 7)
+    assert ids2.shape[0] == 15 and torch.equal(psw2[5:10], psw)
+    want = [0, 2, 2, 5, 7, 7, 10, 12, 12] + ([15] if include_last_offset else [])
+    assert off2.tolist() == want
+    big = torch.nn.functional.embedding_bag(ids2, w, off2, mode="sum", per_sample_weights=psw2,
+                                            include_last_offset=include_last_offset)
+    small = torch.nn.functional.embedding_bag(ids, weight, offsets, mode="sum", per_sample_weights=psw,
+                                              include_last_offset=include_last_offset)
+    assert torch.allclose(big[:3], small) and torch.allclose(big[3:6], small)
+    assert eb_measure.scale_args((weight, ids, offsets, psw), plan, 3) is None  # already 3 bags
 
 
 def test_node_whose_extra_outputs_are_used_stays_on_aten():
@@ -146,8 +179,9 @@ def test_recommendation_model_package(export_package, args):
     if args:
         assert rewrites["lowering"] == "decompose"
     else:
-        assert "aten" in rewrites["candidates_ms"]
-        assert rewrites["lowering"] == min(rewrites["candidates_ms"], key=rewrites["candidates_ms"].get)
+        assert "aten" in rewrites["candidates_ms"] and "aten" in rewrites["candidates_ms_scaled"]
+        assert rewrites["lowering"] == eb_measure.choose([rewrites["candidates_ms"],
+                                                          rewrites["candidates_ms_scaled"]])
     model = rec.model()
     for batch, seed in ((1, 7), (200, 8), (37, 9)):
         inputs = rec.make_inputs(batch=batch, max_bag=30, seed=seed)

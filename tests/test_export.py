@@ -148,9 +148,11 @@ def test_loader_runs_the_bounds_of_the_range(pkg_mlp):
 
 
 def test_fp16_with_dynamic_batch_flag(export_package):
-    pkg = export_package("models/mlp.py", "--dtype", "fp16", "--dynamic-batch", "2:256", "--name", "mlp_fp16")
+    pkg = export_package("models/mlp.py", "--dtype", "fp16", "--dynamic-batch", "2:256", "--name", "mlp_fp16",
+                         "--freezing", "off", "--inductor-config", "coordinate_descent_tuning=True")
     m = read_manifest(str(pkg))
-    assert m["name"] == "mlp_fp16" and m["compile"]["dtype"] == "fp16"
+    assert m["name"] == "mlp_fp16" and m["compile"]["dtype"] == "fp16" and m["compile"]["freezing"] is False
+    assert m["compile"]["inductor"]["coordinate_descent_tuning"] is True
     assert m["inputs"][0]["dtype"] == "float16" and m["outputs"][0]["dtype"] == "float16"
     assert m["inputs"][0]["ranges"][0] == [2, 256] and m["batch"] == {"min": 2, "max": 256}
     assert m["tolerance"]["atol"] >= 1e-2
@@ -160,6 +162,29 @@ def test_fp16_with_dynamic_batch_flag(export_package):
     torch.testing.assert_close(got, eager[0], atol=m["tolerance"]["atol"], rtol=m["tolerance"]["rtol"])
     with pytest.raises(InputError, match="dim 0 is 1, the package accepts 2..256"):
         load_package(str(pkg))(torch.randn(1, 512).half())
+
+
+def test_freezing_defaults_per_device_and_the_override():
+    from aotc.compile import inductor_configs
+
+    assert inductor_configs("cpu", False, "")["freezing"] is True
+    assert inductor_configs("cuda", False, "")["freezing"] is False
+    assert inductor_configs("cuda", True, "", freezing=True)["freezing"] is True
+    assert inductor_configs("cpu", False, "", freezing=False)["freezing"] is False
+
+
+@pytest.mark.parametrize("item,message", [
+    ("nope=1", "not an Inductor config"),
+    ("coordinate_descent_tuning", "expected KEY=VALUE"),
+    ("coordinate_descent_tuning=yes please", "must be a Python literal"),
+])
+def test_inductor_config_flag_refuses_bad_items(item, message):
+    from aotc.errors import ExportError
+    from aotc.pipeline import parse_inductor_configs
+
+    assert parse_inductor_configs(["coordinate_descent_tuning=True"]) == {"coordinate_descent_tuning": True}
+    with pytest.raises(ExportError, match=message):
+        parse_inductor_configs([item])
 
 
 def test_embedding_bag_model_exports_with_its_rewrite_report(export_package):

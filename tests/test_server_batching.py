@@ -265,19 +265,72 @@ def test_queue_limit_and_timeout_answer_503(tmp_path, pkg_mlp):
         assert metric(text, "nv_inference_request_failure", "mlp", reason="CANCELED") == 1
 
 
-def test_preferred_batch_size_goes_without_waiting_for_the_delay(tmp_path, pkg_simple):
-    # A 60 s queue delay: the four requests are answered within their 30 s timeout only because a batch of
-    # the preferred size 4 goes at once.
-    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple}, {"simple": {
-        "max_batch_size": 16, "max_queue_delay_us": 60_000_000, "preferred_batch_sizes": [4]}})
-    with Server("cpp", repo, request_timeout=30) as s:
-        def client(i):
+def _big_mlp_request(s, rows=1024):
+    """Posts one [rows, 512] request with binary data, larger than max_batch_size so it runs alone."""
+    x = np.zeros((rows, 512), np.float32)
+    header = json.dumps({"inputs": [{"name": "x", "shape": [rows, 512], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return s.request("POST", "/v2/models/mlp/infer", header + x.tobytes(),
+                     {"Inference-Header-Content-Length": str(len(header))})
+
+
+def _wait_pending(s, model, n, timeout=30):
+    deadline = time.monotonic() + timeout
+    while metric(s.request("GET", "/metrics")[2].decode(), "nv_inference_pending_request_count", model) < n:
+        assert time.monotonic() < deadline, f"{model} never had {n} request(s) pending"
+
+
+def test_lone_request_does_not_wait_for_the_delay(tmp_path, pkg_simple, pkg_mlp):
+    # A 60 s queue delay and a 10 s client timeout: with no batch of the model executing, a request is
+    # taken at once (scheduler.cpp), so requests one at a time never pay the delay.
+    delay = {"max_batch_size": 16, "max_queue_delay_us": 60_000_000}
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple, "mlp": pkg_mlp},
+                           {"simple": delay, "mlp": {**delay, "num_runners": 2}})
+    with Server("cpp", repo, request_timeout=10) as s:
+        for i in range(3):
             a = np.full((1, 16), i, np.int32)
             status, r = s.json("POST", "/v2/models/simple/infer", simple_request(a, a))
             assert status == 200 and r["outputs"][0]["data"] == [2 * i] * 16, r
 
+        # A request that arrives while another instance runs a batch may wait for company, but no longer
+        # than that batch runs: the runner holding it re-checks when the model goes idle.
+        big = threading.Thread(target=_big_mlp_request, args=(s,))
+        big.start()
+        _wait_pending(s, "mlp", 1)
+        small = {"inputs": [{"name": "x", "shape": [1, 512], "datatype": "FP32", "data": [0.0] * 512}]}
+        status, r = s.json("POST", "/v2/models/mlp/infer", small)
+        assert status == 200 and r["outputs"][0]["shape"] == [1, 512], r
+        big.join(60)
+        _, st = s.json("GET", "/v2/models/mlp/stats")
+        assert st["model_stats"][0]["inference_stats"]["success"]["count"] == 2
+
+
+def test_preferred_batch_size_goes_without_waiting_for_the_delay(tmp_path, pkg_mlp):
+    # A 60 s queue delay: the delay only applies while another batch of the model executes, so a 1024-row
+    # request (over max_batch_size: it runs alone, ~30 ms) keeps one of two instances busy. The four small
+    # requests that arrive meanwhile wait on the other; they go as one batch only because 4 is preferred.
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp}, {"mlp": {
+        "max_batch_size": 16, "max_queue_delay_us": 60_000_000, "preferred_batch_sizes": [4], "num_runners": 2}})
+    with Server("cpp", repo, request_timeout=30) as s:
+        conns = [s.connect() for _ in range(4)]
+        for c in conns:
+            c.connect()
+        big = threading.Thread(target=_big_mlp_request, args=(s,))
+        big.start()
+        _wait_pending(s, "mlp", 1)
+
+        def client(i):
+            x = np.full((1, 512), i, np.float32)
+            header = json.dumps({"inputs": [{"name": "x", "shape": [1, 512], "datatype": "FP32",
+                                             "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+            status, _, data = s.request("POST", "/v2/models/mlp/infer", header + x.tobytes(),
+                                        {"Inference-Header-Content-Length": str(len(header))}, conn=conns[i])
+            assert status == 200 and json.loads(data)["outputs"][0]["shape"] == [1, 512], data
+
         assert run_clients(4, client) == []
-        _, st = s.json("GET", "/v2/models/simple/stats")
-        assert [b["batch_size"] for b in st["model_stats"][0]["batch_stats"]] == [4]
-        _, cfg = s.json("GET", "/v2/models/simple/config")
+        big.join(60)
+        _, st = s.json("GET", "/v2/models/mlp/stats")
+        assert sorted(b["batch_size"] for b in st["model_stats"][0]["batch_stats"]) == [4, 1024]
+        _, cfg = s.json("GET", "/v2/models/mlp/config")
         assert cfg["dynamic_batching"]["preferred_batch_size"] == [4] and cfg["max_batch_size"] == 16

@@ -27,6 +27,11 @@ def _add_export(sub) -> None:
     p.add_argument("--dynamic-batch", metavar="MIN:MAX", help="make dim 0 of every input a batch dim in "
                    "[MIN, MAX] (overrides the file's dynamic_shapes() for dim 0)")
     p.add_argument("--max-autotune", action="store_true", help="let Inductor benchmark kernel choices (slow)")
+    p.add_argument("--freezing", choices=("on", "off"), help="fold the weights into the graph as constants "
+                   "(default: on for cpu, off for cuda, as measured in docs/benchmarks.md)")
+    p.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="an Inductor config for the compile, e.g. coordinate_descent_tuning=True (repeatable; "
+                        "VALUE is a Python literal)")
     p.add_argument("--strict", action="store_true", help="torch.export in strict mode (TorchDynamo)")
     p.add_argument("--name", help="model name in the manifest (default: the file's stem)")
     p.add_argument("--allow-python-ops", action="store_true",

@@ -14,18 +14,23 @@ import time
 
 from aotc.errors import CompileError
 
-# Inductor options that are not per-call choices of the user.
+# Inductor options that are not per-call choices of the user. Freezing is on for CPU (it is what made AOTI beat
+# eager there) and off for CUDA, where it measured neutral on the H200 (BERT-base and the recommendation
+# model, docs/benchmarks.md) and the CUDA numbers there are without it; `aotc export --freezing on|off`
+# overrides either.
 DEVICE_DEFAULTS: dict[str, dict] = {
     "cpu": {"freezing": True},
-    "cuda": {"freezing": True},
+    "cuda": {"freezing": False},
 }
 
 MANIFEST_KEY = "aotc.manifest"
 
 
-def inductor_configs(device: str, max_autotune: bool, manifest_json: str) -> dict:
-    """The inductor_configs passed to aoti_compile_and_package."""
+def inductor_configs(device: str, max_autotune: bool, manifest_json: str, freezing: bool | None = None) -> dict:
+    """The inductor_configs passed to aoti_compile_and_package (freezing None: the device's default)."""
     configs = dict(DEVICE_DEFAULTS[device])
+    if freezing is not None:
+        configs["freezing"] = freezing
     if max_autotune:
         configs["max_autotune"] = True
         if device == "cpu":

@@ -28,6 +28,8 @@ class ExportOptions:
     dtype: str = "fp32"
     dynamic_batch: tuple[int, int] | None = None
     max_autotune: bool = False
+    freezing: bool | None = None  # None: compile.DEVICE_DEFAULTS
+    inductor_extra: dict = dataclasses.field(default_factory=dict)  # --inductor-config KEY=VALUE, applied last
     strict: bool = False
     name: str | None = None
     allow_python_ops: bool = False
@@ -85,7 +87,7 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
     samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
     sample_entries, sample_bytes = package.sample_files(samples)
     tol = tolerance_for(mf, opts.dtype)
-    inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "")
+    inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing) | opts.inductor_extra
     inductor.pop("aot_inductor.metadata")
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
                        "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor}
@@ -100,7 +102,8 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".aotc-compile-") as tmp:
         compiled = os.path.join(tmp, os.path.basename(out))
         with prog.stage(f"AOTInductor compile ({opts.device}{', max-autotune' if opts.max_autotune else ''})"):
-            configs = aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest))
+            configs = (aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest), opts.freezing)
+                       | opts.inductor_extra)
             compile_s = aoti.compile_package(ep, compiled, configs)
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
@@ -150,6 +153,30 @@ def parse_dynamic_batch(text: str | None) -> tuple[int, int] | None:
     return lo_i, hi_i
 
 
+def parse_inductor_configs(items: list[str]) -> dict:
+    """["coordinate_descent_tuning=True", ...] -> {key: value}; raises ExportError for an unknown key or a
+    value that is not a Python literal."""
+    import ast
+
+    from torch._inductor import config as inductor_config
+
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ExportError(f"--inductor-config {item!r}: expected KEY=VALUE, e.g. coordinate_descent_tuning=True")
+        try:
+            inductor_config.__getattr__(key)
+        except AttributeError:
+            raise ExportError(f"--inductor-config {key!r}: not an Inductor config (see torch._inductor.config)") from None
+        try:
+            out[key] = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            raise ExportError(f"--inductor-config {item!r}: VALUE must be a Python literal (True, 3, 'x', ...)") from None
+    return out
+
+
 def main(args) -> int:
     if not getattr(args, "verbose", False):
         import logging
@@ -159,6 +186,8 @@ def main(args) -> int:
         torch._logging.set_logs(all=logging.ERROR)  # dynamo/inductor warnings are for torch developers
     opts = ExportOptions(out=args.output, device=args.device, dtype=args.dtype,
                          dynamic_batch=parse_dynamic_batch(args.dynamic_batch), max_autotune=args.max_autotune,
+                         freezing={"on": True, "off": False}.get(getattr(args, "freezing", None)),
+                         inductor_extra=parse_inductor_configs(getattr(args, "inductor_config", None) or []),
                          strict=args.strict, name=args.name, allow_python_ops=args.allow_python_ops,
                          embedding_bag=args.embedding_bag, verbose=getattr(args, "verbose", False))
     result = export_model_file(args.model, opts)

@@ -139,6 +139,14 @@ def format_summary(result: dict) -> str:
     for key, rw in (m["rewrites"] or {}).items():
         cands = ", ".join(f"{k} {v:.3g} ms" for k, v in (rw.get("candidates_ms") or {}).items())
         lines.append(f"rewrite   {key}: lowering {rw.get('lowering')}" + (f" (measured: {cands})" if cands else ""))
+        if rw.get("candidates_ms_scaled"):
+            scaled = ", ".join(f"{k} {v:.3g} ms" for k, v in rw["candidates_ms_scaled"].items())
+            lines.append(f"          at {rw['scaled_bags']} bags (example bags repeated): {scaled}")
+        for d in rw.get("details") or []:
+            if d.get("tiles"):
+                t = d["tiles"]
+                lines.append(f"          {d['node']}: tile BLOCK_L={t['block_l']} BLOCK_D={t['block_d']} "
+                             f"warps={t['num_warps']} ({t['tuning']})")
     lines.append(f"compile   {result['compile_s']:.1f} s  options {m['compile']}")
     lines.append(f"parity    atol={m['tolerance']['atol']:g} rtol={m['tolerance']['rtol']:g}")
     for case in result["parity"]:

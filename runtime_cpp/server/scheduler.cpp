@@ -52,6 +52,7 @@ Scheduler::Scheduler(std::vector<Instance> instances, const ModelConfig& config)
   if (config_.preferred_batch_sizes.empty())
     for (int64_t b : mi.graph_buckets)
       if (b <= config_.max_batch_size) targets_.push_back(b);
+  instance_busy_.assign(instances_.size(), 0);
   for (size_t i = 0; i < instances_.size(); ++i) runners_.emplace_back([this, i] { runner_loop(i); });
 }
 
@@ -69,6 +70,7 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
   job->rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
   job->inputs = std::move(inputs);
   job->enqueued = Clock::now();
+  std::optional<size_t> inline_instance;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) throw unavailable("model '" + info().name + "' is being unloaded; retry");
@@ -77,8 +79,26 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
       throw unavailable("model '" + info().name + "' has " + std::to_string(queue_.size()) +
                         " requests queued (max_queue_size); retry later");
     }
-    queue_.push_back(job);
     ++pending_;
+    // Nothing queued and every instance idle: there is nothing to batch with, so the calling thread runs
+    // the request itself, sparing the two thread hand-offs (to a runner and back) of the queued path.
+    if (queue_.empty() && busy_ == 0) {
+      inline_instance = 0;
+      busy_ = 1;
+      instance_busy_[0] = 1;
+      job->state.store(1);
+    } else {
+      queue_.push_back(job);
+    }
+  }
+  if (inline_instance) {
+    std::vector<std::shared_ptr<Job>> jobs{job};
+    execute(*inline_instance, jobs);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      instance_busy_[*inline_instance] = 0;
+      busy_ = 0;
+    }
   }
   cv_.notify_all();
 
@@ -124,16 +144,22 @@ ModelStats Scheduler::stats() const {
 void Scheduler::runner_loop(size_t instance) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      if (stop_) return;
+    // An instance lent to a request running inline (infer) is not this runner's until it comes back.
+    cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !instance_busy_[instance]); });
+    if (queue_.empty() || instance_busy_[instance]) {
+      if (stop_ && queue_.empty()) return;
       continue;
     }
     auto jobs = take_batch(lock);
     if (jobs.empty()) continue;
+    ++busy_;
+    instance_busy_[instance] = 1;
     lock.unlock();
     execute(instance, jobs);
     lock.lock();
+    instance_busy_[instance] = 0;
+    // A runner holding a partial batch for the delay re-checks now: with busy_ back at 0 it sends at once.
+    if (--busy_ == 0) cv_.notify_all();
   }
 }
 
@@ -152,9 +178,11 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
           available + j->rows <= config_.max_batch_size)
         available += j->rows;
     if (available == 0) break;  // the head alone exceeds max_batch_size: it runs alone
+    // Waiting only pays while another batch runs: its requesters are likely to send again soon, and with
+    // every instance idle a wait would just add the delay to a lone request (concurrency 1).
     auto deadline = head->enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
     const auto& pref = config_.preferred_batch_sizes;
-    bool ready = available >= full || stop_ || Clock::now() >= deadline ||
+    bool ready = available >= full || stop_ || busy_ == 0 || Clock::now() >= deadline ||
                  std::find(pref.begin(), pref.end(), available) != pref.end();
     if (ready) break;
     cv_.wait_until(lock, deadline);

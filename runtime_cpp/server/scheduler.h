@@ -3,12 +3,15 @@
 // Ownership: a Scheduler shares its Models (shared_ptr; instances on one device share one Model) and owns one
 // runner thread per instance. The next free instance takes the next batch formed from the one shared queue.
 // Requests whose trailing dims agree are concatenated along the manifest's batch dim (dim 0) up to
-// max_batch_size, waiting at most max_queue_delay_us after the oldest one arrived (a preferred batch size
-// goes at once), then the outputs are split back by rows. A CUDA package replayed as CUDA graphs pads a
-// batch up to its graph bucket; unless preferred_batch_sizes is set, batches are then cut to the largest
-// bucket the queue fills (the rest waits for the next batch), so no rows are padded. Blocking: infer() blocks the calling thread until
-// its answer is ready. Thread-safety: every public method may be called from any thread. The destructor
-// answers everything already queued, then joins the runners.
+// max_batch_size, then the outputs are split back by rows. A batch waits for more requests (at most
+// max_queue_delay_us after the oldest one arrived; a preferred batch size goes at once) only while another
+// batch of this model is executing; with every instance idle, a runner takes what is queued at once, and a
+// request that finds nothing queued runs on the calling thread (no hand-off to a runner and back). A CUDA
+// package replayed as CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set,
+// batches are then cut to the largest bucket the queue fills (the rest waits for the next batch), so no rows
+// are padded. Blocking: infer() blocks the calling thread until its answer is ready. Thread-safety: every
+// public method may be called from any thread. The destructor answers everything already queued, then joins
+// the runners.
 #pragma once
 
 #include <atomic>
@@ -61,10 +64,12 @@ class Scheduler {
   ModelConfig config_;
   std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
 
-  mutable std::mutex mu_;  // guards queue_ and stop_
+  mutable std::mutex mu_;  // guards queue_, stop_, busy_ and instance_busy_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
+  int busy_ = 0;  // instances executing a batch; batches wait for the delay only while this is > 0
+  std::vector<char> instance_busy_;  // per instance: executing (for its runner or for an inline request)
   std::vector<std::thread> runners_;
 
   mutable std::mutex stats_mu_;  // guards stats_

@@ -1,11 +1,13 @@
 """Export-time measurement behind `--embedding-bag auto`: times each lowering on the model's example inputs.
 
-`measure(ep, example_inputs, plans, candidates, device) -> ({lowering: ms}, {lowering: why left out})` runs the exported program once
-to capture the real arguments of every embedding-bag node, then times all nodes together per candidate:
+`measure(ep, example_inputs, plans, candidates, device) -> {times, scaled_times, skipped, choice}` runs the
+exported program once to capture the real arguments of every embedding-bag node, then times all nodes
+together per candidate, on those arguments and on the same bags repeated to a serving-sized batch:
 ATen's kernel and the Triton kernel eagerly (they are already single kernels), the basic-op lowerings
 through torch.compile (what Inductor makes of them is what the package runs). Each time is the best of
-several calls, taken in turns across the candidates (on one thread on CPU, see below). A candidate that fails to
-compile or disagrees with ATen is left out. Not the pass itself (embedding_bag.py). One caller at a time:
+several calls, taken in turns across the candidates (on one thread on CPU, see below). A candidate that fails
+to compile or disagrees with ATen is left out. `choose` keeps a lowering only if it beats ATen by a margin
+on both workloads. Not the pass itself (embedding_bag.py). One caller at a time:
 torch.compile state is process-wide.
 """
 
@@ -99,12 +101,115 @@ def _time_all(fns: dict, device: str) -> dict[str, float]:
     return {name: t * 1e3 for name, t in best.items()}
 
 
-def measure(ep, example_inputs, plans, candidates, device: str) -> tuple[dict[str, float], dict[str, str]]:
-    """Times each candidate lowering on every node's real arguments (nodes kept on ATen are left out)."""
+def _replay_ms(replay, calls: int = 20, rounds: int = 3) -> float:
+    """Best over `rounds` of the mean GPU milliseconds of `calls` replays, by CUDA events."""
+    best = float("inf")
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            replay()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / calls)
+    return best
+
+
+def tune_tiles(pairs) -> None:
+    """Sets plan.tiles for each (plan, captured args) to the fastest of the kernel's `tile_candidates` on
+    those arguments (CUDA-graph replays: GPU time), and plan.tile_note to what was measured. A tile that
+    cannot be compiled or captured here is skipped; if none can, the plan keeps the default tile."""
+    from aotc.kernels import embedding_bag as kernel
+
+    for plan, (weight, indices, offsets, psw) in pairs:
+        times = {}
+        for tiles in kernel.tile_candidates(int(weight.shape[1])):
+            def call(tiles=tiles):
+                return kernel.pool(weight, indices, offsets, plan.mode, psw, plan.include_last_offset,
+                                   plan.padding_idx, tiles=tiles)
+            with torch.no_grad():
+                replay = cuda_graphed(call, warmup=2)
+                if replay is not None:
+                    times[tiles] = _replay_ms(replay)
+        if not times:
+            continue
+        plan.tiles = min(times, key=times.get)
+        default = kernel.tile_sizes(int(weight.shape[1]), weight.element_size())
+        plan.tile_note = (f"{len(times)} tiles timed: best {times[plan.tiles] * 1e3:.1f} us"
+                          + (f", default {default} {times[default] * 1e3:.1f} us" if default in times else ""))
+
+
+def tune_for(ep, example_inputs, plans) -> None:
+    """tune_tiles for every node not kept on ATen, on the arguments it gets from the example inputs."""
+    captured = capture(ep, example_inputs)
+    tune_tiles([(p, args) for p, args in zip(plans, captured) if not p.note])
+
+
+SCALED_BAGS = 512  # the second workload: the example's bags repeated up to a serving-sized batch
+MARGIN = 0.95  # a lowering replaces ATen's kernel only if at most this fraction of ATen's time everywhere
+
+
+def scale_args(args: tuple, plan, bags: int) -> tuple | None:
+    """The node's captured (weight, indices, offsets, psw) with its bags repeated until there are at least
+    `bags` of them (same lengths, same ids), or None when there are already that many or the offsets are
+    not the usual consecutive bags starting at 0."""
+    weight, indices, offsets, psw = args
+    num_bags = offsets.shape[0] - 1 if plan.include_last_offset else offsets.shape[0]
+    if num_bags == 0 or num_bags >= bags or indices.dim() != 1 or int(offsets[0]) != 0:
+        return None
+    used = int(offsets[-1]) if plan.include_last_offset else indices.shape[0]
+    if used != indices.shape[0]:
+        return None
+    reps = -(-bags // num_bags)
+    starts = offsets[:num_bags]
+    new_offsets = torch.cat([starts + k * used for k in range(reps)])
+    if plan.include_last_offset:
+        new_offsets = torch.cat([new_offsets, new_offsets.new_tensor([reps * used])])
+    return (weight, indices.repeat(reps), new_offsets, None if psw is None else psw.repeat(reps))
+
+
+def choose(workloads: list[dict[str, float]]) -> str:
+    """The lowering to keep, given {lowering: ms} per workload measured (each with "aten"): the one whose worst
+    ratio to ATen over the workloads is lowest, if that ratio is at most MARGIN; else ATen. Being faster on
+    the small example inputs alone is not enough: padding-based lowerings grow with the longest bag."""
+    names = set.intersection(*(set(w) for w in workloads))
+    worst = {n: max(w[n] / max(w["aten"], 1e-12) for w in workloads) for n in names}
+    best = min(worst, key=worst.get)
+    return best if best == "aten" or worst[best] <= MARGIN else "aten"
+
+
+def measure(ep, example_inputs, plans, candidates, device: str) -> dict:
+    """Times each candidate lowering on every node's real arguments (nodes kept on ATen are left out), on the
+    example inputs and on their bags repeated to SCALED_BAGS; the Triton kernel runs with the tile
+    `tune_tiles` picked for each node (on the example inputs).
+
+    Returns {"times": {lowering: ms}, "scaled_times": {lowering: ms} (absent when the example is already
+    that large), "scaled_bags": n, "skipped": {lowering: why}, "choice": lowering}."""
     captured = capture(ep, example_inputs)
     pairs = [(p, args) for p, args in zip(plans, captured) if not p.note]
     if not pairs:
-        return {"aten": 0.0}, {}
+        return {"times": {"aten": 0.0}, "skipped": {}, "choice": "aten"}
+    if "triton" in candidates and device.startswith("cuda"):
+        import aotc.kernels.embedding_bag  # noqa: F401  (registers the op)
+
+        tune_tiles(pairs)
+    result = {"skipped": {}}
+    result["times"] = _measure_workload(pairs, candidates, device, result["skipped"])
+    workloads = [result["times"]]
+    scaled = [scale_args(args, plan, SCALED_BAGS) for plan, args in pairs]
+    if all(s is not None for s in scaled):
+        ok = [n for n in candidates if n in result["times"]]
+        result["scaled_times"] = _measure_workload([(p, s) for (p, _), s in zip(pairs, scaled)], ok, device,
+                                                   result["skipped"])
+        result["scaled_bags"] = SCALED_BAGS
+        workloads.append(result["scaled_times"])
+    result["choice"] = choose(workloads)
+    return result
+
+
+def _measure_workload(pairs, candidates, device: str, skipped: dict) -> dict[str, float]:
+    """{lowering: ms} for all nodes together on these arguments; a candidate that fails or disagrees with
+    ATen goes to `skipped` with the reason instead."""
 
     def run_all(name):
         def call(*flat):
@@ -119,7 +224,6 @@ def measure(ep, example_inputs, plans, candidates, device: str) -> tuple[dict[st
     with torch.no_grad():
         reference = run_all("aten")(*flat)
     ready: dict = {}
-    skipped: dict[str, str] = {}
     for name in candidates:
         fn = run_all(name)
         if name in COMPILED:
@@ -147,7 +251,7 @@ def measure(ep, example_inputs, plans, candidates, device: str) -> tuple[dict[st
     finally:
         torch.set_num_threads(threads)
     torch._dynamo.reset()
-    return times, skipped
+    return times
 
 
 def _close(out, ref) -> bool:

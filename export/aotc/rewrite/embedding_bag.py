@@ -4,8 +4,9 @@
 between torch.export and AOTInductor. Lowerings: "decompose" (padded masked reduction from basic ops, fused
 by Inductor), "jagged" (gather + scatter-add over the useful rows only), "triton" (aotc's Triton kernel,
 CUDA only, compiled into the package) and "aten" (ATen's kernel, an opaque fallback, graph left as is).
-"auto" times the candidates for the device on the example inputs (eb_measure.py) and keeps the fastest,
-ATen included, so it is never slower than ATen on those inputs.
+"auto" times the candidates for the device on the example inputs and on their bags repeated to a
+serving-sized batch (eb_measure.py), and keeps a lowering only if it beats ATen's kernel by a margin on
+both, so it is never slower than ATen on what it measured.
 
 The replacement is done by `ExportedProgram.run_decompositions` with a table holding only the embedding-bag
 ops, so shapes, dynamic dims and metadata are retraced by torch itself. Not thread-safe: the decomposition
@@ -46,6 +47,8 @@ class NodePlan:
     dtype: str
     lowering: str = "aten"
     note: str = ""
+    tiles: tuple[int, int, int] | None = None  # the Triton kernel's (BLOCK_L, BLOCK_D, num_warps), tuned
+    tile_note: str = ""
 
     def describe(self) -> dict:
         return {"node": self.name, "mode": low.MODE_NAMES[self.mode], "per_sample_weights": self.has_psw,
@@ -53,6 +56,9 @@ class NodePlan:
                 "padding_idx": None if self.padding_idx < 0 else self.padding_idx,
                 "bags": f"fixed[{self.fixed_length}]" if self.fixed_length else "jagged",
                 "table": [self.rows, self.dim], "dtype": self.dtype, "lowering": self.lowering,
+                **({"tiles": {"block_l": self.tiles[0], "block_d": self.tiles[1], "num_warps": self.tiles[2],
+                              "tuning": self.tile_note}}
+                   if self.lowering == "triton" and self.tiles else {}),
                 **({"note": self.note} if self.note else {})}
 
 
@@ -126,7 +132,8 @@ def lower(lowering: str, plan: NodePlan, weight, indices, offsets, psw) -> torch
     if lowering == "triton":
         from aotc.kernels import embedding_bag as kernel
 
-        return kernel.pool(weight, indices, offsets, plan.mode, psw, plan.include_last_offset, plan.padding_idx)
+        return kernel.pool(weight, indices, offsets, plan.mode, psw, plan.include_last_offset, plan.padding_idx,
+                           tiles=plan.tiles)
     a = eb_args(plan, weight, indices, offsets, psw)
     if lowering == "decompose":
         return low.decompose(a)
@@ -207,10 +214,11 @@ def _check_choice(choice: str, device: str) -> None:
 
 
 def rewrite(ep, example_inputs: tuple, device: str, choice: str):
-    """Replaces every embedding-bag node of `ep` by the lowering `choice` (or the fastest, for auto).
+    """Replaces every embedding-bag node of `ep` by the lowering `choice` (or the measured one, for auto).
 
     Returns (new ExportedProgram, report): report = {"lowering", "candidates_ms", "nodes", "details": [per
-    node]}, plus "measure_s" and "skipped" ({candidate: why}) for auto. The caller's `ep` is left as it was
+    node]}, plus "measure_s", "skipped" ({candidate: why}) and, when the example inputs have fewer bags than
+    eb_measure.SCALED_BAGS, "candidates_ms_scaled" and "scaled_bags" for auto. The caller's `ep` is left as it was
     (returned as is when every node stays on ATen). Raises ExportError for an unknown or impossible choice.
     """
     _check_choice(choice, device)
@@ -222,18 +230,31 @@ def rewrite(ep, example_inputs: tuple, device: str, choice: str):
         from aotc.rewrite import eb_measure
 
         try:
-            times, skipped = eb_measure.measure(ep, example_inputs, plans, candidates_for(device), device)
+            measured = eb_measure.measure(ep, example_inputs, plans, candidates_for(device), device)
         except Exception as err:  # measuring is an optimisation: never fail an export over it
             why = (str(err).splitlines() or [""])[0][:200]
-            times, skipped = {"aten": 0.0}, {"all": f"measurement failed ({type(err).__name__}: {why}); kept ATen"}
-        report["candidates_ms"] = {k: round(v, 4) for k, v in times.items()}
-        if skipped:
-            report["skipped"] = skipped
-        lowering = min(times, key=times.get)
+            measured = {"times": {"aten": 0.0}, "choice": "aten",
+                        "skipped": {"all": f"measurement failed ({type(err).__name__}: {why}); kept ATen"}}
+        report["candidates_ms"] = {k: round(v, 4) for k, v in measured["times"].items()}
+        if "scaled_times" in measured:
+            report["candidates_ms_scaled"] = {k: round(v, 4) for k, v in measured["scaled_times"].items()}
+            report["scaled_bags"] = measured["scaled_bags"]
+        if measured["skipped"]:
+            report["skipped"] = measured["skipped"]
+        lowering = measured["choice"]
         report["measure_s"] = round(time.perf_counter() - t0, 2)
     elif choice == "auto":
         lowering = "aten"
     report["lowering"] = lowering
+    if choice == "triton" and nodes:  # auto tuned the tiles while measuring
+        from aotc.rewrite import eb_measure
+
+        try:
+            import aotc.kernels.embedding_bag  # noqa: F401  (registers aotc::embedding_bag)
+
+            eb_measure.tune_for(ep, example_inputs, plans)
+        except Exception as err:  # tuning is an optimisation: the default tile is correct too
+            report["skipped"] = {"tile tuning": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"}
     for plan in plans:
         plan.lowering = "aten" if plan.note else lowering
     report["details"] = [p.describe() for p in plans]

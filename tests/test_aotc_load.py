@@ -1,0 +1,154 @@
+"""aotc-load (runtime_cpp/tools/aotc_load.cpp), the benchmarks' HTTP load generator, black box: against the
+real aotc-server on the exported MLP (counts checked against the server's own statistics), against a 400
+on every request, against a stub that answers chunked, with bad arguments and with no server; and
+bench/gpu_http.py's http_load, which drives it. Checks counts and exit codes, never speed.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import REPO, read_samples
+from servers import Server, free_port, make_repository
+
+sys.path.insert(0, str(REPO / "bench"))
+import gpu_http  # noqa: E402 (bench/ is not a package)
+
+
+def binary_body(x: np.ndarray, name: str) -> tuple[bytes, int]:
+    header = json.dumps({"inputs": [{"name": name, "shape": list(x.shape), "datatype": "FP32",
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    return header + x.tobytes(), len(header)
+
+
+def aotc_load(url: str, body_path, *flags: str, header_len: int | None = None):
+    """-> (exit status, the AOTC_LOAD object or None, stderr)."""
+    argv = [gpu_http.load_binary(), "--url", url, "--body", str(body_path), *flags]
+    if header_len is not None:
+        argv += ["--header", "Content-Type: application/octet-stream",
+                 "--header", f"Inference-Header-Content-Length: {header_len}"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("AOTC_LOAD ")]
+    assert len(lines) <= 1 and len(r.stdout.splitlines()) == len(lines), r.stdout
+    return r.returncode, json.loads(lines[0].split(" ", 1)[1]) if lines else None, r.stderr
+
+
+@pytest.fixture
+def mlp_server(tmp_path, pkg_mlp):
+    with Server("cpp", make_repository(tmp_path / "repo", {"mlp": pkg_mlp})) as s:
+        yield s
+
+
+@pytest.fixture
+def mlp_input(pkg_mlp) -> np.ndarray:
+    (xs,), _ = read_samples(pkg_mlp)[0]
+    return np.ascontiguousarray(xs[:4], dtype=np.float32)  # [4, 512]
+
+
+def test_counts_match_the_server(tmp_path, mlp_server, mlp_input):
+    body, header_len = binary_body(mlp_input, "x")
+    (tmp_path / "body.bin").write_bytes(body)
+    rc, r, err = aotc_load(f"{mlp_server.url}/v2/models/mlp/infer", tmp_path / "body.bin", "--connections", "2",
+                           "--duration", "1", "--warmup", "0", header_len=header_len)
+    print(r)
+    assert rc == 0, err
+    assert r["requests"] > 0 and r["errors"] == 0 and r["status"] == {}
+    assert 0 < r["p50_us"] <= r["p90_us"] <= r["p99_us"] <= r["max_us"]
+    assert r["duration_s"] >= 1 and r["req_per_s"] == pytest.approx(r["requests"] / r["duration_s"], rel=0.01)
+    # Without a warm-up every request sent is counted, and each was answered.
+    _, st = mlp_server.json("GET", "/v2/models/mlp/stats")
+    assert st["model_stats"][0]["inference_stats"]["success"]["count"] == r["requests"]
+
+
+def test_every_400_is_an_error_and_the_exit_status_is_1(tmp_path, mlp_server, mlp_input):
+    body, header_len = binary_body(mlp_input, "not_an_input")
+    (tmp_path / "body.bin").write_bytes(body)
+    rc, r, err = aotc_load(f"{mlp_server.url}/v2/models/mlp/infer", tmp_path / "body.bin", "--connections", "2",
+                           "--duration", "1", "--warmup", "0.2", header_len=header_len)
+    assert rc == 1
+    assert r["requests"] == 0 and r["errors"] > 0 and r["status"] == {"400": r["errors"]}
+    assert r["connect_errors"] == r["read_errors"] == r["write_errors"] == r["timeouts"] == 0
+    assert len(err.splitlines()) == 1 and "400" in err
+
+
+class _ChunkedHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for chunk in (b"a" * 70000, b"{}"):  # a chunk larger than one recv, then a small one
+            self.wfile.write(b"%x;ext=1\r\n%s\r\n" % (len(chunk), chunk))
+        self.wfile.write(b"0\r\nTrailer: x\r\n\r\n")  # the last chunk, a trailer, the end
+
+    def log_message(self, *args):
+        pass
+
+
+def test_chunked_answers_are_read_whole(tmp_path):
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedHandler)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "body.bin").write_bytes(b"{}")
+        rc, r, err = aotc_load(f"http://127.0.0.1:{stub.server_address[1]}/x", tmp_path / "body.bin",
+                               "--duration", "0.5")
+    finally:
+        stub.shutdown()
+        stub.server_close()
+    assert rc == 0, err
+    assert r["requests"] > 0 and r["errors"] == 0
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["--body", "BODY"],
+    ["--url", "https://127.0.0.1:1/x", "--body", "BODY"],
+    ["--url", "http://127.0.0.1:99999/x", "--body", "BODY"],
+    ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--connections", "0"],
+    ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--duration", "-1"],
+    ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--header", "no colon"],
+    ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--warmup"],
+    ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--bogus"],
+    ["--url", "http://127.0.0.1:1/x", "--body", "MISSING"],
+])
+def test_bad_arguments_exit_2_with_one_line(tmp_path, argv):
+    (tmp_path / "BODY").write_bytes(b"{}")
+    argv = [str(tmp_path / a) if a in ("BODY", "MISSING") else a for a in argv]
+    r = subprocess.run([gpu_http.load_binary(), *argv], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("aotc-load: error: ")
+
+
+def test_no_server_is_one_line_and_exit_1(tmp_path):
+    (tmp_path / "body.bin").write_bytes(b"{}")
+    rc, r, err = aotc_load(f"http://127.0.0.1:{free_port()}/x", tmp_path / "body.bin", "--duration", "0.5")
+    assert rc == 1 and r is None
+    assert len(err.splitlines()) == 1 and "cannot connect" in err
+
+
+def test_http_load_drives_aotc_load(mlp_server, mlp_input):
+    import torch
+
+    x = torch.from_numpy(mlp_input)
+    r = gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 2)
+    print(f"http_load c1 2 s: {r}")
+    assert set(r) == {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "req_per_s", "requests", "errors", "error_counts"}
+    assert r["requests"] > 0 and r["errors"] == 0 and sum(r["error_counts"].values()) == 0
+    assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
+    # One connection, closed loop: the throughput is the inverse of the mean latency, less the client's gaps.
+    assert 0.5 < r["req_per_s"] * r["mean_ms"] / 1e3 <= 1.01
+    only = gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["output0"])
+    assert only["requests"] > 0 and only["errors"] == 0
+    with pytest.raises(RuntimeError, match="400"):
+        gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["no_such_output"])
