@@ -80,9 +80,10 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
                         " requests queued (max_queue_size); retry later");
     }
     ++pending_;
-    // Nothing queued and every instance idle: there is nothing to batch with, so the calling thread runs
-    // the request itself, sparing the two thread hand-offs (to a runner and back) of the queued path.
-    if (queue_.empty() && busy_ == 0) {
+    // Without batching, nothing queued and every instance idle: the calling thread runs the request itself,
+    // sparing the two thread hand-offs (to a runner and back) of the queued path. With batching it queues:
+    // requests that arrive during the hand-off are what a batch of a fast model forms from.
+    if (!batching() && queue_.empty() && busy_ == 0) {
       inline_instance = 0;
       busy_ = 1;
       instance_busy_[0] = 1;
