@@ -43,11 +43,11 @@ def load_binary() -> str:
 
 
 def infer_body(x, name: str, outputs: list[str] | None = None) -> tuple[bytes, dict]:
-    """One binary-tensor request: a JSON header, then x's bytes. `outputs` names the outputs to return
-    (each as binary data); None returns all of them."""
+    """One binary-tensor request: a JSON header, then x's bytes (x a torch tensor or a numpy array). `outputs`
+    names the outputs to return (each as binary data); None returns all of them."""
     import numpy as np
 
-    arr = np.ascontiguousarray(x.numpy())
+    arr = np.ascontiguousarray(x if isinstance(x, np.ndarray) else x.numpy())
     dt = {"float32": "FP32", "int64": "INT64", "float16": "FP16"}[str(arr.dtype)]
     request = {"inputs": [{"name": name, "shape": list(arr.shape), "datatype": dt,
                            "parameters": {"binary_data_size": arr.nbytes}}],
@@ -88,7 +88,7 @@ def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
 class Server:
     """aotc-server on a repository of symlinked packages; stopped on exit."""
 
-    def __init__(self, models: dict[str, tuple[Path, dict]], tmp: Path):
+    def __init__(self, models: dict[str, tuple[Path, dict]], tmp: Path, flags: tuple[str, ...] = ()):
         exe = shutil.which("aotc-server")
         if exe is None:
             raise RuntimeError("aotc-server is not on PATH")
@@ -101,7 +101,7 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.log = open(tmp / "server.log", "w")
-        self.proc = subprocess.Popen([exe, "--model-repository", str(repo), "--http-port", str(self.port)],
+        self.proc = subprocess.Popen([exe, "--model-repository", str(repo), "--http-port", str(self.port), *flags],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -126,3 +126,17 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.log.close()
+
+
+def server_stats(port: int, model: str) -> dict:
+    """The model's inference_stats from GET /v2/models/{model}/stats (Triton's statistics extension)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", f"/v2/models/{model}/stats")
+    return json.loads(c.getresponse().read())["model_stats"][0]["inference_stats"]
+
+
+def stats_per_request(before: dict, after: dict) -> dict:
+    """Mean microseconds per request of each phase between two /stats snapshots."""
+    n = after["success"]["count"] - before["success"]["count"]
+    return {k: (after[k]["ns"] - before[k]["ns"]) / max(n, 1) / 1e3
+            for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")} | {"requests": n}

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_http import Server, http_load
+from gpu_http import Server, http_load, server_stats, stats_per_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
@@ -95,22 +95,6 @@ def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path) -> fl
     if r.returncode != 0 or not m:
         raise RuntimeError(f"aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
     return float(m.group(1)) / 1e3
-
-
-# ---- server statistics -------------------------------------------------------------------------------------
-def server_stats(port: int, model: str) -> dict:
-    import http.client
-
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", f"/v2/models/{model}/stats")
-    return json.loads(c.getresponse().read())["model_stats"][0]["inference_stats"]
-
-
-def stats_per_request(before: dict, after: dict) -> dict:
-    """Mean microseconds per request of each phase between two /stats snapshots (warm-up included)."""
-    n = after["success"]["count"] - before["success"]["count"]
-    return {k: (after[k]["ns"] - before[k]["ns"]) / max(n, 1) / 1e3
-            for k in ("success", "queue", "compute_input", "compute_infer", "compute_output")} | {"requests": n}
 
 
 # ---- the run -----------------------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""Where one request's time goes in aotc-server at concurrency 1: the in-process runtime (`aotc-run --bench`)
+next to HTTP (aotc-load, one connection) for the same package and input, with the server's own statistics
+taken after a warm-up (so CUDA-graph capture and first calls are left out), for a queued model (dynamic
+batching on) and an unbatched one (which runs a request on its HTTP thread when idle). Prints a markdown
+table; the difference between the client's mean and the server's enqueue-to-answer mean is HTTP, parsing and
+encoding. Single-input packages; the input is the package's first sample, rows repeated to each batch size.
+  python bench/server_phases.py --package PKG [--batch 1 64] [--seconds 3] [--intra-op-threads 1]
+aotc-run, aotc-server and aotc-load must be on PATH (or built in build/py). Not a test; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "export"))
+sys.path.insert(0, str(ROOT / "python_client"))
+from gpu_http import Server, http_load, server_stats, stats_per_request  # noqa: E402
+
+CONFIGS = {"queued (batching, 200 us delay)": {"max_batch_size": 64, "max_queue_delay_us": 200},
+           "unbatched": {"max_batch_size": 0}}
+
+
+def first_sample(pkg: Path) -> tuple[str, np.ndarray]:
+    from aotc.loader import read_manifest
+
+    m = read_manifest(str(pkg))
+    if len(m["inputs"]) != 1:
+        raise SystemExit(f"server_phases: {pkg} has {len(m['inputs'])} inputs; this benchmark takes one")
+    with zipfile.ZipFile(pkg) as zf:
+        root = zf.namelist()[0].split("/")[0]
+        x = np.load(io.BytesIO(zf.read(f"{root}/{m['samples'][0]['inputs'][0]}")), allow_pickle=False)
+    return m["inputs"][0]["name"], x
+
+
+def tool(name: str) -> str:
+    for d in [*os.environ.get("PATH", "").split(os.pathsep), ROOT / "build/py/runtime_cpp",
+              ROOT / "build/py/runtime_cpp/server"]:
+        p = Path(d) / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    raise SystemExit(f"server_phases: {name} not found on PATH or in build/py; build it with `make build`")
+
+
+def in_process_us(pkg: Path, x: np.ndarray, tmp: Path) -> float:
+    npy = tmp / f"x{x.shape[0]}.npy"
+    np.save(npy, x)
+    r = subprocess.run([tool("aotc-run"), str(pkg), str(npy), "--bench", "2000", "--warmup", "200"],
+                       capture_output=True, text=True, timeout=600)
+    m = re.search(r"p50_us=([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise SystemExit(f"server_phases: aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return float(m.group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--package", type=Path, required=True)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--intra-op-threads", type=int, help="for aotc-server (and OMP_NUM_THREADS for aotc-run)")
+    args = ap.parse_args()
+    if args.intra_op_threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.intra_op_threads)
+    os.environ["PATH"] = os.pathsep.join([str(Path(tool("aotc-server")).parent), str(Path(tool("aotc-load")).parent),
+                                          os.environ["PATH"]])
+    pkg = args.package.resolve()
+    name, sample = first_sample(pkg)
+    flags = ("--intra-op-threads", str(args.intra_op_threads)) if args.intra_op_threads else ()
+    rows = ["| model config | batch | in-process p50 us | HTTP c1 p50 us | HTTP mean us | server: enqueue to answer "
+            "| queue | infer | HTTP, parsing, encoding |", "|---|---|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        models = {f"m{i}": (pkg, cfg) for i, cfg in enumerate(CONFIGS.values())}
+        srv = Server(models, tmp, flags)
+        try:
+            for b in args.batch:
+                x = np.resize(sample, (b, *sample.shape[1:]))
+                ref = in_process_us(pkg, x, tmp)
+                for (label, _), model in zip(CONFIGS.items(), models):
+                    http_load(srv.port, model, x, name, 1, 1.0)  # warm-up: graph capture, first calls
+                    before = server_stats(srv.port, model)
+                    h = http_load(srv.port, model, x, name, 1, args.seconds)
+                    st = stats_per_request(before, server_stats(srv.port, model))
+                    rows.append(f"| {label} | {b} | {ref:.0f} | {h['p50_ms'] * 1e3:.0f} | {h['mean_ms'] * 1e3:.0f} | "
+                                f"{st['success']:.0f} | {st['queue']:.0f} | {st['compute_infer']:.0f} | "
+                                f"{h['mean_ms'] * 1e3 - st['success']:.0f} |")
+        finally:
+            srv.close()
+    print(f"package {pkg.name}, input {name} {list(sample.shape[1:])}, {args.seconds:g} s per cell\n")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
