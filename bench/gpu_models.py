@@ -8,8 +8,8 @@ DIR holds mlp.pt2 and bert_base.pt2 from `aotc export --device cuda`, and option
 same export with --max-autotune: its own aotc-run column). Not a test: it asserts nothing, and a part that
 cannot run (no package, no aotc-server, no time left) is skipped with the reason printed.
 In-process numbers are medians of CUDA-event times, one synchronized call at a time, inputs already on the
-GPU ("device") or copied in from pinned host memory and out again ("host"); aotc-run and HTTP numbers are
-wall-clock medians, host to host. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections.
+GPU ("device") or copied in from pinned host memory and out again ("host"); aotc-run numbers are wall-clock
+medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are wall-clock medians. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def measure(fn, x_host, iters, torch) -> dict:
 
 
 # ---- aotc-run ----------------------------------------------------------------------------------------------
-def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path) -> float:
+def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path, device_inputs: bool = False) -> float:
     import numpy as np
 
     exe = shutil.which("aotc-run")
@@ -90,6 +90,7 @@ def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path) -> fl
     npy = tmp / f"in_{pkg.stem}_{x_host.shape[0]}.npy"
     np.save(npy, x_host.numpy())
     cmd = [exe, str(pkg), str(npy), "--bench", str(iters), "--warmup", "50"] + ([] if graphs else ["--no-cuda-graphs"])
+    cmd += ["--device-inputs"] if device_inputs else []
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     m = re.search(r"p50_us=([0-9.]+)", r.stdout)
     if r.returncode != 0 or not m:
@@ -182,8 +183,10 @@ def main() -> int:
             def cpp(name=name, pkg=pkg, graphs=graphs):
                 for n, b in CASES:
                     if n == name:
-                        ms = aotc_run_bench(pkg, make_input(n, b, torch), graphs, 5 * iters(n), tmp)
-                        res[(n, b)]["aotc-run" + (" graphs" if graphs else "")] = {"host": ms}
+                        x = make_input(n, b, torch)
+                        res[(n, b)]["aotc-run" + (" graphs" if graphs else "")] = {
+                            "host": aotc_run_bench(pkg, x, graphs, 5 * iters(n), tmp),
+                            "device": aotc_run_bench(pkg, x, graphs, 5 * iters(n), tmp, device_inputs=True)}
 
             part(f"aotc-run:{name}:{'graphs' if graphs else 'no-graphs'}", 10, cpp)
 
@@ -260,7 +263,7 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, 
     lines = [f"# GPU benchmark: {dev}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "", f"Command: `bash bench/gpu.sh` (bench/gpu_models.py, {seconds:.0f} s). Median ms per call; "
              "in-process columns by CUDA events (device-resident inputs, then `host`: pinned copies in and "
-             "out); aotc-run and HTTP are wall clock, host to host; HTTP cells: p50 ms (requests/s).", ""]
+             "out); aotc-run is wall clock (device: `--device-inputs`); HTTP is wall clock, host to host; HTTP cells: p50 ms (requests/s).", ""]
     for kind in ("device", "host"):
         lines += [f"## {kind}", "", "| model | batch | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
         for (name, b), d in res.items():

@@ -79,6 +79,7 @@ def test_mismatching_stored_output_exits_1(pkg_mlp, tmp_path):
     (["PKG", "--bench", "x"], "--bench is 'x'"),
     (["PKG", "--threads", "0"], "--threads is '0'"),
     (["PKG", "--frobnicate"], "unknown option '--frobnicate'"),
+    (["PKG", "--bench", "3", "--device-inputs"], "--device-inputs needs a CUDA package; this one is for cpu"),
 ])
 def test_bad_arguments(pkg_mlp, args, reason):
     r = run_aotc_run(*[pkg_mlp if a == "PKG" else a for a in args])
