@@ -121,6 +121,16 @@ def model_repository(tmp_path_factory, pkg_mlp, pkg_simple) -> Path:
     return root
 
 
+@pytest.fixture(scope="module", params=["cpp", "python"])
+def server(request, model_repository):
+    """aotc-server, then the FastAPI baseline, on model_repository: a test module's tests run against both
+    (one server per module; a module may define its own `server`, as test_check_server.py does)."""
+    from servers import Server
+
+    with Server(request.param, model_repository) as s:
+        yield s
+
+
 def eager_reference(spec: str, device: str = "cpu", dtype: str = "fp32", inputs: tuple | None = None):
     """(model, inputs, outputs) of a model file run eagerly: the reference a package must match.
     `inputs` replaces the example inputs (they are cast like the exporter casts them)."""

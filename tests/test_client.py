@@ -19,12 +19,6 @@ from conftest import read_samples
 from servers import REPO, Server
 
 
-@pytest.fixture(scope="module", params=["cpp", "python"])
-def server(request, model_repository):
-    with Server(request.param, model_repository) as s:
-        yield s
-
-
 @pytest.fixture(scope="module")
 def mlp_sample(pkg_mlp):
     inputs, outputs = read_samples(pkg_mlp)[0]

@@ -19,15 +19,9 @@ import numpy as np
 import pytest
 
 from conftest import read_samples
-from servers import Server
+
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
-
-
-@pytest.fixture(scope="module", params=["cpp", "python"])
-def server(request, model_repository):
-    with Server(request.param, model_repository) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")
