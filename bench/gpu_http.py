@@ -25,21 +25,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_binary() -> str:
-    """AOTC_LOAD_BIN, else aotc-load on PATH or next to this Python, else a local CMake build (build/*/)."""
-    env = os.environ.get("AOTC_LOAD_BIN")
-    if env:
-        return env
-    found = shutil.which("aotc-load")
+def find_binary(name: str, env: str) -> str:
+    """$env, else `name` on PATH or next to this Python, else a local CMake build (build/*/runtime_cpp/,
+    build/*/runtime_cpp/server/)."""
+    if os.environ.get(env):
+        return os.environ[env]
+    found = shutil.which(name)
     if found:
         return found
-    candidates = [Path(sys.executable).parent / "aotc-load", REPO / ".venv" / "bin" / "aotc-load"]
-    candidates += sorted(REPO.glob("build/*/runtime_cpp/aotc-load"))
+    candidates = [Path(sys.executable).parent / name, REPO / ".venv" / "bin" / name]
+    candidates += sorted(REPO.glob(f"build/*/runtime_cpp/{name}")) + sorted(REPO.glob(f"build/*/runtime_cpp/server/{name}"))
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return str(c)
-    raise RuntimeError("aotc-load not found (PATH, .venv/bin, build/*/runtime_cpp); build it with `make build` "
-                       "or `cmake --build build/py --target aotc-load`, or set AOTC_LOAD_BIN")
+    raise RuntimeError(f"{name} not found (PATH, .venv/bin, build/*/runtime_cpp); build it with `make build` "
+                       f"or set {env}")
 
 
 def infer_body(x, name: str, outputs: list[str] | None = None) -> tuple[bytes, dict]:
@@ -63,7 +63,7 @@ def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
     answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout)}.
     `outputs`: ask only for these outputs (None: all)."""
-    exe = load_binary()
+    exe = find_binary("aotc-load", "AOTC_LOAD_BIN")
     body, headers = infer_body(x, input_name, outputs)
     url = f"http://127.0.0.1:{port}/v2/models/{model}/infer"
     with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
@@ -89,9 +89,7 @@ class Server:
     """aotc-server on a repository of symlinked packages; stopped on exit."""
 
     def __init__(self, models: dict[str, tuple[Path, dict]], tmp: Path, flags: tuple[str, ...] = ()):
-        exe = shutil.which("aotc-server")
-        if exe is None:
-            raise RuntimeError("aotc-server is not on PATH")
+        exe = find_binary("aotc-server", "AOTC_SERVER_BIN")
         repo = tmp / "repo"
         for name, (pkg, config) in models.items():
             (repo / name / "1").mkdir(parents=True, exist_ok=True)
@@ -128,11 +126,16 @@ class Server:
         self.log.close()
 
 
-def server_stats(port: int, model: str) -> dict:
-    """The model's inference_stats from GET /v2/models/{model}/stats (Triton's statistics extension)."""
+def model_stats(port: int, model: str) -> dict:
+    """The model's entry of GET /v2/models/{model}/stats (Triton's statistics extension)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("GET", f"/v2/models/{model}/stats")
-    return json.loads(c.getresponse().read())["model_stats"][0]["inference_stats"]
+    return json.loads(c.getresponse().read())["model_stats"][0]
+
+
+def server_stats(port: int, model: str) -> dict:
+    """The model's inference_stats (cumulative counts and nanoseconds per phase)."""
+    return model_stats(port, model)["inference_stats"]
 
 
 def stats_per_request(before: dict, after: dict) -> dict:

@@ -12,21 +12,16 @@ Both models live in one server, so both placements are measured under the same p
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import sys
 import tempfile
 from pathlib import Path
 
-from gpu_http import Server, http_load
+from gpu_http import Server, http_load, model_stats
 
 
 def per_device_executions(port: int, model: str) -> dict[str, int]:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", f"/v2/models/{model}/stats")
-    stats = json.loads(c.getresponse().read())["model_stats"][0]
     out: dict[str, int] = {}
-    for i in stats["instance_stats"]:
+    for i in model_stats(port, model)["instance_stats"]:
         out[i["device"]] = out.get(i["device"], 0) + i["execution_count"]
     return out
 

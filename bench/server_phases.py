@@ -5,7 +5,7 @@ batching on) and an unbatched one (which runs a request on its HTTP thread when 
 table; the difference between the client's mean and the server's enqueue-to-answer mean is HTTP, parsing and
 encoding. Single-input packages; the input is the package's first sample, rows repeated to each batch size.
   python bench/server_phases.py --package PKG [--batch 1 64] [--seconds 3] [--intra-op-threads 1]
-aotc-run, aotc-server and aotc-load must be on PATH (or built in build/py). Not a test; asserts nothing.
+aotc-run, aotc-server and aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "export"))
 sys.path.insert(0, str(ROOT / "python_client"))
-from gpu_http import Server, http_load, server_stats, stats_per_request  # noqa: E402
+from gpu_http import Server, find_binary, http_load, server_stats, stats_per_request  # noqa: E402
 
 CONFIGS = {"queued (batching, 200 us delay)": {"max_batch_size": 64, "max_queue_delay_us": 200},
            "unbatched": {"max_batch_size": 0}}
@@ -43,19 +43,10 @@ def first_sample(pkg: Path) -> tuple[str, np.ndarray]:
     return m["inputs"][0]["name"], x
 
 
-def tool(name: str) -> str:
-    for d in [*os.environ.get("PATH", "").split(os.pathsep), ROOT / "build/py/runtime_cpp",
-              ROOT / "build/py/runtime_cpp/server"]:
-        p = Path(d) / name
-        if p.is_file() and os.access(p, os.X_OK):
-            return str(p)
-    raise SystemExit(f"server_phases: {name} not found on PATH or in build/py; build it with `make build`")
-
-
 def in_process_us(pkg: Path, x: np.ndarray, tmp: Path) -> float:
     npy = tmp / f"x{x.shape[0]}.npy"
     np.save(npy, x)
-    r = subprocess.run([tool("aotc-run"), str(pkg), str(npy), "--bench", "2000", "--warmup", "200"],
+    r = subprocess.run([find_binary("aotc-run", "AOTC_RUN"), str(pkg), str(npy), "--bench", "2000", "--warmup", "200"],
                        capture_output=True, text=True, timeout=600)
     m = re.search(r"p50_us=([0-9.]+)", r.stdout)
     if r.returncode != 0 or not m:
@@ -72,8 +63,6 @@ def main() -> int:
     args = ap.parse_args()
     if args.intra_op_threads:
         os.environ["OMP_NUM_THREADS"] = str(args.intra_op_threads)
-    os.environ["PATH"] = os.pathsep.join([str(Path(tool("aotc-server")).parent), str(Path(tool("aotc-load")).parent),
-                                          os.environ["PATH"]])
     pkg = args.package.resolve()
     name, sample = first_sample(pkg)
     flags = ("--intra-op-threads", str(args.intra_op_threads)) if args.intra_op_threads else ()

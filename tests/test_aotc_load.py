@@ -22,6 +22,10 @@ sys.path.insert(0, str(REPO / "bench"))
 import gpu_http  # noqa: E402 (bench/ is not a package)
 
 
+def load_exe() -> str:
+    return gpu_http.find_binary("aotc-load", "AOTC_LOAD_BIN")
+
+
 def binary_body(x: np.ndarray, name: str) -> tuple[bytes, int]:
     header = json.dumps({"inputs": [{"name": name, "shape": list(x.shape), "datatype": "FP32",
                                      "parameters": {"binary_data_size": x.nbytes}}],
@@ -31,7 +35,7 @@ def binary_body(x: np.ndarray, name: str) -> tuple[bytes, int]:
 
 def aotc_load(url: str, body_path, *flags: str, header_len: int | None = None):
     """-> (exit status, the AOTC_LOAD object or None, stderr)."""
-    argv = [gpu_http.load_binary(), "--url", url, "--body", str(body_path), *flags]
+    argv = [load_exe(), "--url", url, "--body", str(body_path), *flags]
     if header_len is not None:
         argv += ["--header", "Content-Type: application/octet-stream",
                  "--header", f"Inference-Header-Content-Length: {header_len}"]
@@ -125,7 +129,7 @@ def test_chunked_answers_are_read_whole(tmp_path):
 def test_bad_arguments_exit_2_with_one_line(tmp_path, argv):
     (tmp_path / "BODY").write_bytes(b"{}")
     argv = [str(tmp_path / a) if a in ("BODY", "MISSING") else a for a in argv]
-    r = subprocess.run([gpu_http.load_binary(), *argv], capture_output=True, text=True, timeout=30)
+    r = subprocess.run([load_exe(), *argv], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and r.stderr.startswith("aotc-load: error: ")
 

@@ -26,8 +26,10 @@ DEVICE_DEFAULTS: dict[str, dict] = {
 MANIFEST_KEY = "aotc.manifest"
 
 
-def inductor_configs(device: str, max_autotune: bool, manifest_json: str, freezing: bool | None = None) -> dict:
-    """The inductor_configs passed to aoti_compile_and_package (freezing None: the device's default)."""
+def inductor_configs(device: str, max_autotune: bool, manifest_json: str, freezing: bool | None = None,
+                     extra: dict | None = None) -> dict:
+    """The inductor_configs passed to aoti_compile_and_package (freezing None: the device's default; `extra`,
+    the user's --inductor-config items, applied last)."""
     configs = dict(DEVICE_DEFAULTS[device])
     if freezing is not None:
         configs["freezing"] = freezing
@@ -35,6 +37,7 @@ def inductor_configs(device: str, max_autotune: bool, manifest_json: str, freezi
         configs["max_autotune"] = True
         if device == "cpu":
             configs["max_autotune_gemm_backends"] = "CPP,ATEN"
+    configs.update(extra or {})
     configs["aot_inductor.metadata"] = {MANIFEST_KEY: manifest_json}
     return configs
 

@@ -87,7 +87,7 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
     samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
     sample_entries, sample_bytes = package.sample_files(samples)
     tol = tolerance_for(mf, opts.dtype)
-    inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing) | opts.inductor_extra
+    inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing, opts.inductor_extra)
     inductor.pop("aot_inductor.metadata")
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
                        "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor}
@@ -102,8 +102,8 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".aotc-compile-") as tmp:
         compiled = os.path.join(tmp, os.path.basename(out))
         with prog.stage(f"AOTInductor compile ({opts.device}{', max-autotune' if opts.max_autotune else ''})"):
-            configs = (aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest), opts.freezing)
-                       | opts.inductor_extra)
+            configs = aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest), opts.freezing,
+                                            opts.inductor_extra)
             compile_s = aoti.compile_package(ep, compiled, configs)
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
@@ -167,7 +167,7 @@ def parse_inductor_configs(items: list[str]) -> dict:
         if not sep or not key:
             raise ExportError(f"--inductor-config {item!r}: expected KEY=VALUE, e.g. coordinate_descent_tuning=True")
         try:
-            inductor_config.__getattr__(key)
+            getattr(inductor_config, key)
         except AttributeError:
             raise ExportError(f"--inductor-config {key!r}: not an Inductor config (see torch._inductor.config)") from None
         try:

@@ -70,7 +70,7 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
   job->rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
   job->inputs = std::move(inputs);
   job->enqueued = Clock::now();
-  std::optional<size_t> inline_instance;
+  bool run_inline = false;  // on instance 0, which is idle like every other
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) throw unavailable("model '" + info().name + "' is being unloaded; retry");
@@ -83,23 +83,21 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
     // Without batching, nothing queued and every instance idle: the calling thread runs the request itself,
     // sparing the two thread hand-offs (to a runner and back) of the queued path. With batching it queues:
     // requests that arrive during the hand-off are what a batch of a fast model forms from.
-    if (!batching() && queue_.empty() && busy_ == 0) {
-      inline_instance = 0;
-      busy_ = 1;
+    run_inline = !batching() && queue_.empty() && busy_ == 0;
+    if (run_inline) {
+      ++busy_;
       instance_busy_[0] = 1;
       job->state.store(1);
     } else {
       queue_.push_back(job);
     }
   }
-  if (inline_instance) {
+  if (run_inline) {
     std::vector<std::shared_ptr<Job>> jobs{job};
-    execute(*inline_instance, jobs);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      instance_busy_[*inline_instance] = 0;
-      busy_ = 0;
-    }
+    execute(0, jobs);
+    std::lock_guard<std::mutex> lock(mu_);
+    instance_busy_[0] = 0;
+    --busy_;
   }
   cv_.notify_all();
 

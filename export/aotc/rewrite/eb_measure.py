@@ -83,13 +83,7 @@ def _time_all(fns: dict, device: str) -> dict[str, float]:
         for name, fn in fns.items():
             replay = graphs.get(name)
             if replay is not None:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(10):
-                    replay()
-                end.record()
-                end.synchronize()
-                dt = start.elapsed_time(end) / 10 / 1e3
+                dt = _replay_ms(replay, calls=10, rounds=1) / 1e3
             else:
                 t = time.perf_counter()
                 fn()
