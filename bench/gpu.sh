@@ -21,6 +21,7 @@
 # AOTC_EB_ARGS / AOTC_EB_TIMEOUT_S (default 420) for bench/embedding_bag.py,
 # AOTC_EB_GPU / AOTC_TEST_GPU (CUDA_VISIBLE_DEVICES for the embedding-bag benchmark / for `pytest -m cuda`:
 # on a two-GPU machine they can run side by side without sharing a GPU).
+# Stage phases: bench/server_phases.py on the MLP (batch 64) and BERT (batch 1, 8) packages.
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
 # per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
 # Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
@@ -300,8 +301,14 @@ bench() {
   env ${TUNED_PID:+CUDA_VISIBLE_DEVICES=0} "$PY" bench/gpu_models.py --packages "$PKGS" --budget-s "$left" \
     --out "$OUT/gpu_bench.md" $args ${AOTC_BENCH_ARGS:-}
 }
+# phases: where a request's time goes at concurrency 1 (in-process vs HTTP, with the server's own phase times)
+phases() {
+  "$PY" bench/server_phases.py --package "$PKGS/mlp.pt2" --batch 64 --out "$OUT/phases_mlp.md" || return 1
+  "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch 1 8 --out "$OUT/phases_bert.md"
+}
 for s in $STAGES; do
   case $s in
+    phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     check) stage check "$OUT/export.log" check_packages ;;
     test)
       [ -z "${AOTC_EB_GPU:-}" ] && wait_eb  # without a GPU of its own, the benchmark must not share one

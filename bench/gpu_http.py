@@ -63,17 +63,25 @@ def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
     answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout)}.
     `outputs`: ask only for these outputs (None: all)."""
-    exe = find_binary("aotc-load", "AOTC_LOAD_BIN")
     body, headers = infer_body(x, input_name, outputs)
-    url = f"http://127.0.0.1:{port}/v2/models/{model}/infer"
     with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
         body_path = Path(tmp) / "body.bin"
         body_path.write_bytes(body)
-        argv = [exe, "--url", url, "--body", str(body_path), "--connections", str(concurrency),
-                "--duration", f"{seconds:g}", "--warmup", "1", "--timeout", "30",
-                "--header", "Content-Type: application/octet-stream",
-                *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}"))]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+        return _aotc_load(f"http://127.0.0.1:{port}/v2/models/{model}/infer", concurrency, seconds,
+                          ["--body", str(body_path), "--header", "Content-Type: application/octet-stream",
+                           *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}"))])
+
+
+def get_load(port, path: str, seconds: float) -> dict:
+    """http_load's numbers for GET `path` on one connection (e.g. /v2/health/ready: what any request costs)."""
+    return _aotc_load(f"http://127.0.0.1:{port}{path}", 1, seconds, [])
+
+
+def _aotc_load(url: str, concurrency: int, seconds: float, flags: list[str]) -> dict:
+    exe = find_binary("aotc-load", "AOTC_LOAD_BIN")
+    argv = [exe, "--url", url, "--connections", str(concurrency), "--duration", f"{seconds:g}", "--warmup", "1",
+            "--timeout", "30", *flags]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("AOTC_LOAD ")]
     if r.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {(r.stderr or r.stdout)[-400:]}")

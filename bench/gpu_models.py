@@ -8,7 +8,8 @@ DIR holds mlp.pt2 and bert_base.pt2 from `aotc export --device cuda`, and option
 same export with --max-autotune: its own aotc-run column). Not a test: it asserts nothing, and a part that
 cannot run (no package, no aotc-server, no time left) is skipped with the reason printed.
 In-process numbers are medians of CUDA-event times, one synchronized call at a time, inputs already on the
-GPU ("device") or copied in from pinned host memory and out again ("host"); aotc-run numbers are wall-clock
+GPU ("device") or copied in from pinned host memory and out again ("host"), and the latter again by wall
+clock ("wall", like aotc-run); aotc-run numbers are wall-clock
 medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are wall-clock medians. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections.
 """
 
@@ -65,8 +66,25 @@ def time_events(fn, iters: int, warmup: int, torch) -> float:
     return statistics.median(times)
 
 
+def time_wall(fn, iters: int, warmup: int, torch) -> float:
+    """Median wall-clock ms per call, synchronized after each: what aotc-run measures, so the two compare
+    like for like (CUDA events leave out the host's work before the first kernel and the wake-up after the
+    last)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
 def measure(fn, x_host, iters, torch) -> dict:
-    """{'device': ms, 'host': ms} for fn(x) with x on the GPU, and with pinned host copies in and out."""
+    """{'device': ms, 'host': ms, 'wall': ms} for fn(x): x on the GPU, and with pinned host copies in and out
+    (by CUDA events, and by wall clock)."""
     x_dev = x_host.cuda()
     pinned = x_host.pin_memory()
 
@@ -77,7 +95,8 @@ def measure(fn, x_host, iters, torch) -> dict:
 
     with torch.inference_mode():
         return {"device": time_events(lambda: fn(x_dev), iters, 20, torch),
-                "host": time_events(host_to_host, iters, 20, torch)}
+                "host": time_events(host_to_host, iters, 20, torch),
+                "wall": time_wall(host_to_host, iters, 20, torch)}
 
 
 # ---- aotc-run ----------------------------------------------------------------------------------------------
@@ -107,7 +126,8 @@ def main() -> int:
     ap.add_argument("--http-seconds", type=float, default=3.0, help="seconds per HTTP load level")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out, e.g. compile-max-autotune")
     ap.add_argument("--only", default="", help="comma-separated parts to run, nothing else (e.g. "
-                    "compile-max-autotune,aotc-run-extra)")
+                    "compile-max-autotune,aotc-run-extra; a part's label prefix, compile-reduce-overhead:bert_base:b8, "
+                    "picks one case)")
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=PKG",
                     help="another CUDA export of bert_base, timed by aotc-run with CUDA graphs as its own column")
     args = ap.parse_args()
@@ -131,8 +151,11 @@ def main() -> int:
     def left() -> float:
         return args.budget_s - (time.time() - t_start)
 
+    def named(label, names):  # "aotc-run" names every aotc-run part, "aotc-run:mlp" only the MLP's
+        return any(label == n or label.startswith(n + ":") for n in names)
+
     def part(label, cost_s, fn):
-        if label.split(":")[0] in skip or (only and label.split(":")[0] not in only):
+        if named(label, skip) or (only and not named(label, only)):
             if not only:
                 notes.append(f"{label}: skipped (--skip)")
             return
@@ -184,8 +207,9 @@ def main() -> int:
                 for n, b in CASES:
                     if n == name:
                         x = make_input(n, b, torch)
+                        host = aotc_run_bench(pkg, x, graphs, 5 * iters(n), tmp)
                         res[(n, b)]["aotc-run" + (" graphs" if graphs else "")] = {
-                            "host": aotc_run_bench(pkg, x, graphs, 5 * iters(n), tmp),
+                            "host": host, "wall": host,  # aotc-run times by wall clock
                             "device": aotc_run_bench(pkg, x, graphs, 5 * iters(n), tmp, device_inputs=True)}
 
             part(f"aotc-run:{name}:{'graphs' if graphs else 'no-graphs'}", 10, cpp)
@@ -193,8 +217,14 @@ def main() -> int:
     for label, path in extras.items():  # other exports of bert_base (max-autotune, freezing on)
         def cpp_extra(label=label, path=path):
             for b in (1, 8):
-                ms = aotc_run_bench(path, make_input("bert_base", b, torch), True, 5 * iters("bert_base"), tmp)
-                res[("bert_base", b)][f"aotc-run graphs, {label}"] = {"host": ms}
+                x = make_input("bert_base", b, torch)
+                try:  # an export for one batch size (e.g. --dynamic-batch 8:8) refuses the other
+                    ms = aotc_run_bench(path, x, True, 5 * iters("bert_base"), tmp)
+                    dev = aotc_run_bench(path, x, True, 5 * iters("bert_base"), tmp, device_inputs=True)
+                except RuntimeError as e:
+                    notes.append(f"aotc-run-extra:{label}:b{b}: {str(e)[:200]}")
+                    continue
+                res[("bert_base", b)][f"aotc-run graphs, {label}"] = {"host": ms, "wall": ms, "device": dev}
 
         if path.is_file():
             part(f"aotc-run-extra:{label}", 10, cpp_extra)
@@ -207,6 +237,9 @@ def main() -> int:
         cfg = {"max_batch_size": 64, "max_queue_delay_us": 200, "num_runners": 2}
         srv = Server({"mlp": (args.packages / "mlp.pt2", {**cfg, "max_batch_size": 1024}),
                       "bert_base": (bert, cfg),
+                      # everything queued goes at once, padded up to its CUDA-graph bucket, instead of being
+                      # cut to the largest bucket it fills (docs/server.md, CUDA graphs)
+                      "bert_base_padded": (bert, {**cfg, "preferred_batch_sizes": [64]}),
                       "bert_base_unbatched": (bert, {"max_batch_size": 0, "num_runners": 2})}, tmp)
         try:
             for n, b in CASES:
@@ -225,6 +258,8 @@ def main() -> int:
             x1 = make_input("bert_base", 1, torch)
             res[("bert_base", 1)]["http c32 unbatched"] = http_load(
                 srv.port, "bert_base_unbatched", x1, input_name["bert_base"], 32, args.http_seconds)
+            res[("bert_base", 1)]["http c32 padded"] = http_load(
+                srv.port, "bert_base_padded", x1, input_name["bert_base"], 32, args.http_seconds)
         finally:
             srv.close()
 
@@ -263,8 +298,10 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, 
     lines = [f"# GPU benchmark: {dev}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "", f"Command: `bash bench/gpu.sh` (bench/gpu_models.py, {seconds:.0f} s). Median ms per call; "
              "in-process columns by CUDA events (device-resident inputs, then `host`: pinned copies in and "
-             "out); aotc-run is wall clock (device: `--device-inputs`); HTTP is wall clock, host to host; HTTP cells: p50 ms (requests/s).", ""]
-    for kind in ("device", "host"):
+             "out), and in `wall` by wall clock, host to host, synchronized after each call; aotc-run is wall "
+             "clock in every table (device: `--device-inputs`); HTTP is wall clock, host to host; HTTP cells: "
+             "p50 ms (requests/s).", ""]
+    for kind in ("device", "host", "wall"):
         lines += [f"## {kind}", "", "| model | batch | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
         for (name, b), d in res.items():
             lines.append(f"| {name} | {b} | " + " | ".join(cell(d.get(c), kind) for c in cols) + " |")
@@ -288,7 +325,12 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, 
     bat = res.get(("bert_base", 1), {}).get("http c32")
     if unb and bat:
         lines += [f"BERT batch-1 requests at concurrency 32: dynamic batching {bat['req_per_s']:.0f} req/s, "
-                  f"unbatched {unb['req_per_s']:.0f} req/s ({bat['req_per_s'] / unb['req_per_s']:.1f}x).", ""]
+                  f"unbatched {unb['req_per_s']:.0f} req/s ({bat['req_per_s'] / unb['req_per_s']:.2f}x).", ""]
+        pad = res[("bert_base", 1)].get("http c32 padded")
+        if pad:
+            lines += [f"Batches sent whole, padded to their CUDA-graph bucket (preferred_batch_sizes [64]): "
+                      f"{pad['req_per_s']:.0f} req/s ({pad['req_per_s'] / unb['req_per_s']:.2f}x unbatched), "
+                      f"p50 {pad['p50_ms']:.3f} ms.", ""]
     if notes:
         lines += ["Not measured:", ""] + [f"- {n}" for n in notes] + [""]
     text = "\n".join(lines)

@@ -86,7 +86,9 @@ def main() -> int:
         for name, (label, _) in placements.items():
             r = results[(what, name)]
             ex = ", ".join(f"{d}: {n}" for d, n in sorted(r["executions"].items()))
-            lines.append(f"| {what} | {label} | {r['req_per_s']:.0f} | {r['p50_ms']:.2f} | {r['errors']} | {ex} |")
+            kinds = ", ".join(f"{k} {n}" for k, n in r["error_counts"].items() if n)  # which kind of failure
+            errors = f"{r['errors']} ({kinds})" if r["errors"] else "0"
+            lines.append(f"| {what} | {label} | {r['req_per_s']:.0f} | {r['p50_ms']:.2f} | {errors} | {ex} |")
     lines.append("")
     for what in answers:
         speedup = results[(what, "bert_2gpu")]["req_per_s"] / results[(what, "bert_1gpu")]["req_per_s"]

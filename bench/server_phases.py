@@ -1,10 +1,11 @@
 """Where one request's time goes in aotc-server at concurrency 1: the in-process runtime (`aotc-run --bench`)
 next to HTTP (aotc-load, one connection) for the same package and input, with the server's own statistics
-taken after a warm-up (so CUDA-graph capture and first calls are left out), for a queued model (dynamic
-batching on) and an unbatched one (which runs a request on its HTTP thread when idle). Prints a markdown
-table; the difference between the client's mean and the server's enqueue-to-answer mean is HTTP, parsing and
-encoding. Single-input packages; the input is the package's first sample, rows repeated to each batch size.
-  python bench/server_phases.py --package PKG [--batch 1 64] [--seconds 3] [--intra-op-threads 1]
+taken after a warm-up (so CUDA-graph capture and first calls are left out), for a batching model that hands
+every request to a runner (run_inline_when_idle false), the same with the default (a request that finds the
+model idle runs on its HTTP thread), and an unbatched one; the configs take turns in rounds. Prints a markdown table; the difference
+between the client's mean and the server's enqueue-to-answer mean is HTTP, parsing and encoding. The floor of
+any request (GET /v2/health/ready) comes last. Single-input packages; the input is the package's first sample, rows repeated to each batch size.
+  python bench/server_phases.py --package PKG [--batch 1 64] [--seconds 3] [--intra-op-threads 1] [--out FILE]
 aotc-run, aotc-server and aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
 """
 
@@ -14,6 +15,7 @@ import argparse
 import io
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,10 +27,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "export"))
 sys.path.insert(0, str(ROOT / "python_client"))
-from gpu_http import Server, find_binary, http_load, server_stats, stats_per_request  # noqa: E402
+from gpu_http import Server, find_binary, get_load, http_load, server_stats, stats_per_request  # noqa: E402
 
-CONFIGS = {"queued (batching, 200 us delay)": {"max_batch_size": 64, "max_queue_delay_us": 200},
-           "unbatched": {"max_batch_size": 0}}
+CONFIGS = {"batching, handed to a runner": {"max_batch_size": 64, "max_queue_delay_us": 200,
+                                            "run_inline_when_idle": False},
+           "batching, inline when idle (default)": {"max_batch_size": 64, "max_queue_delay_us": 200},
+           "unbatched, inline when idle": {"max_batch_size": 0}}
 
 
 def first_sample(pkg: Path) -> tuple[str, np.ndarray]:
@@ -58,36 +62,51 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--package", type=Path, required=True)
     ap.add_argument("--batch", type=int, nargs="+", default=[1])
-    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=2.0, help="per cell and round")
+    ap.add_argument("--rounds", type=int, default=3, help="the configs take turns this many times per batch size")
     ap.add_argument("--intra-op-threads", type=int, help="for aotc-server (and OMP_NUM_THREADS for aotc-run)")
+    ap.add_argument("--out", type=Path, help="also write the table here")
     args = ap.parse_args()
     if args.intra_op_threads:
         os.environ["OMP_NUM_THREADS"] = str(args.intra_op_threads)
     pkg = args.package.resolve()
     name, sample = first_sample(pkg)
     flags = ("--intra-op-threads", str(args.intra_op_threads)) if args.intra_op_threads else ()
-    rows = ["| model config | batch | in-process p50 us | HTTP c1 p50 us | HTTP mean us | server: enqueue to answer "
-            "| queue | infer | HTTP, parsing, encoding |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| model config | batch | in-process p50 us | HTTP c1 p50 us (median of rounds) | HTTP mean us | "
+            "server: enqueue to answer | queue | infer | HTTP, parsing, encoding |", "|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         models = {f"m{i}": (pkg, cfg) for i, cfg in enumerate(CONFIGS.values())}
         srv = Server(models, tmp, flags)
         try:
+            floor = statistics.median(get_load(srv.port, "/v2/health/ready", args.seconds)["p50_ms"]
+                                      for _ in range(args.rounds)) * 1e3
             for b in args.batch:
                 x = np.resize(sample, (b, *sample.shape[1:]))
                 ref = in_process_us(pkg, x, tmp)
-                for (label, _), model in zip(CONFIGS.items(), models):
+                before, runs = {}, {m: [] for m in models}
+                for model in models:
                     http_load(srv.port, model, x, name, 1, 1.0)  # warm-up: graph capture, first calls
-                    before = server_stats(srv.port, model)
-                    h = http_load(srv.port, model, x, name, 1, args.seconds)
-                    st = stats_per_request(before, server_stats(srv.port, model))
-                    rows.append(f"| {label} | {b} | {ref:.0f} | {h['p50_ms'] * 1e3:.0f} | {h['mean_ms'] * 1e3:.0f} | "
+                    before[model] = server_stats(srv.port, model)
+                for _ in range(args.rounds):  # the configs take turns, so drifting load falls on all alike
+                    for model in models:
+                        runs[model].append(http_load(srv.port, model, x, name, 1, args.seconds))
+                for label, model in zip(CONFIGS, models):
+                    st = stats_per_request(before[model], server_stats(srv.port, model))
+                    p50 = statistics.median(h["p50_ms"] for h in runs[model]) * 1e3
+                    n = sum(h["requests"] for h in runs[model])
+                    mean = sum(h["mean_ms"] * h["requests"] for h in runs[model]) / max(n, 1) * 1e3
+                    rows.append(f"| {label} | {b} | {ref:.0f} | {p50:.0f} | {mean:.0f} | "
                                 f"{st['success']:.0f} | {st['queue']:.0f} | {st['compute_infer']:.0f} | "
-                                f"{h['mean_ms'] * 1e3 - st['success']:.0f} |")
+                                f"{mean - st['success']:.0f} |")
         finally:
             srv.close()
-    print(f"package {pkg.name}, input {name} {list(sample.shape[1:])}, {args.seconds:g} s per cell\n")
-    print("\n".join(rows))
+    text = (f"package {pkg.name}, input {name} {list(sample.shape[1:])}, {args.rounds} rounds of {args.seconds:g} s "
+            "per config, the configs taking turns\n\n" + "\n".join(rows) +
+            f"\n\nThe floor of any request, GET /v2/health/ready on one connection: p50 {floor:.0f} us.")
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
     return 0
 
 

@@ -72,6 +72,18 @@ def test_counts_match_the_server(tmp_path, mlp_server, mlp_input):
     assert st["model_stats"][0]["inference_stats"]["success"]["count"] == r["requests"]
 
 
+def test_without_a_body_it_gets_the_path(mlp_server):
+    """The floor of a request: GET /v2/health/ready, no body either way."""
+    r = subprocess.run([load_exe(), "--url", f"{mlp_server.url}/v2/health/ready", "--duration", "0.5"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.split(" ", 1)[1])
+    assert s["requests"] > 0 and s["errors"] == 0 and s["status"] == {}
+    r = subprocess.run([load_exe(), "--url", f"{mlp_server.url}/v2/models/mlp/infer", "--duration", "0.5"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and set(json.loads(r.stdout.split(" ", 1)[1])["status"]) == {"405"}  # GET on /infer
+
+
 def test_every_400_is_an_error_and_the_exit_status_is_1(tmp_path, mlp_server, mlp_input):
     body, header_len = binary_body(mlp_input, "not_an_input")
     (tmp_path / "body.bin").write_bytes(body)
@@ -117,6 +129,7 @@ def test_chunked_answers_are_read_whole(tmp_path):
 @pytest.mark.parametrize("argv", [
     [],
     ["--body", "BODY"],
+    ["--url"],
     ["--url", "https://127.0.0.1:1/x", "--body", "BODY"],
     ["--url", "http://127.0.0.1:99999/x", "--body", "BODY"],
     ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--connections", "0"],

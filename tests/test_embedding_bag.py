@@ -56,7 +56,8 @@ def combos():
 
 COMBOS = list(combos())
 JAGGED_LENGTHS = [3, 0, 1, 7, 0, 2, 5]  # empty bags first, last and in between
-LOWERINGS = {"decompose": low.decompose, "jagged": low.jagged, "padded_jagged": low.padded_jagged}
+LOWERINGS = {"decompose": low.decompose, "jagged": low.jagged, "padded_jagged": low.padded_jagged,
+             "aten_sum": low.aten_sum}
 
 
 def assert_matches_aten(out, a, atol=1e-5, rtol=1e-5):
@@ -74,7 +75,7 @@ def test_jagged_bags_match_aten(lowering, mode, padding_idx, include_last_offset
         assert_matches_aten(LOWERINGS[lowering](a), a)
 
 
-@pytest.mark.parametrize("lowering", ["decompose", "jagged"])
+@pytest.mark.parametrize("lowering", ["decompose", "jagged", "aten_sum"])
 @pytest.mark.parametrize("mode,padding_idx,with_psw", [(m, p, w) for m, p, i, w in COMBOS if not i])
 def test_fixed_length_bags_match_aten(lowering, mode, padding_idx, with_psw):
     g = torch.Generator().manual_seed(11)
@@ -108,7 +109,7 @@ def test_property_random_bags(lengths, rows, dim, mode, pad, include_last_offset
         assert_matches_aten(out, a, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("lowering", ["decompose", "jagged"])
+@pytest.mark.parametrize("lowering", ["decompose", "jagged", "aten_sum"])
 def test_compiled_lowering_matches_aten_across_shapes(lowering):
     """One dynamic-shape compile per lowering, then inputs of other sizes: what Inductor fuses stays exact."""
     fn = torch.compile(lambda w, i, o, p: LOWERINGS[lowering](low.EbArgs(w, i, o, low.MODE_SUM, p, False, 1)),
@@ -118,6 +119,18 @@ def test_compiled_lowering_matches_aten_across_shapes(lowering):
         for lengths in ([3, 0, 5, 2], [1, 9, 0, 0, 4, 6, 2], [2, 2, 2, 8, 1, 0, 3, 3, 5]):
             a = make_case(g, 50, 16, lengths, low.MODE_SUM, 1, False, True)
             assert_matches_aten(fn(a.weight, a.indices, a.offsets, a.per_sample_weights), a, atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_aten_sum_mean_divides_by_each_bag_size():
+    """aten_sum's mean is ATen's sum divided by the bag sizes from the offsets, fused by Inductor: exact across
+    batch sizes of one dynamic compile, empty bags pooling to zeros."""
+    fn = torch.compile(lambda w, i, o: low.aten_sum(low.EbArgs(w, i, o, low.MODE_MEAN)), dynamic=True)
+    g = torch.Generator().manual_seed(6)
+    for lengths in ([3, 0, 5, 2], [1, 9, 0, 0, 4, 6, 2], [0]):
+        a = make_case(g, 50, 16, lengths, low.MODE_MEAN, -1, False, False)
+        out = fn(a.weight, a.indices, a.offsets)
+        assert_matches_aten(out, a, atol=1e-5, rtol=1e-5)
+        assert all(out[i].abs().sum() == 0 for i, n in enumerate(lengths) if n == 0)
 
 
 triton_kernel = pytest.mark.skipif(kernel is None, reason="triton is not installed")

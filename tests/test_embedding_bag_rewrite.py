@@ -81,6 +81,18 @@ def test_lowering_replaces_every_node_and_keeps_answers(exported, choice):
     assert_same_answers(model, ep)
 
 
+def test_aten_sum_takes_sum_and_mean_and_leaves_max_on_aten(exported):
+    model, ep = exported
+    new_ep, report = eb.rewrite(ep, EXAMPLE, "cpu", "aten_sum")
+    assert report["lowering"] == "aten_sum"
+    assert [d["lowering"] for d in report["details"]] == ["aten_sum", "aten_sum", "aten"]
+    # mean and weighted sum become ATen's forward-only kernel in sum mode; max keeps its node
+    modes = sorted((n.target.__name__, int(eb.node_args(n)["mode"])) for n in eb_nodes(new_ep))
+    assert modes == [("_embedding_bag.default", 0), ("_embedding_bag.default", 0),
+                     ("_embedding_bag.default", 2)], modes
+    assert_same_answers(model, new_ep)
+
+
 def test_aten_leaves_the_graph_alone(exported):
     model, ep = exported
     new_ep, report = eb.rewrite(ep, EXAMPLE, "cpu", "aten")
@@ -91,7 +103,7 @@ def test_auto_measures_candidates_and_keeps_the_fastest(exported):
     model, ep = exported
     new_ep, report = eb.rewrite(ep, EXAMPLE, "cpu", "auto")
     times = report["candidates_ms"]
-    assert set(times) | set(report.get("skipped", {})) == {"aten", "decompose", "jagged"}
+    assert set(times) | set(report.get("skipped", {})) == {"aten", "aten_sum", "decompose", "jagged"}
     assert "aten" in times and all(t > 0 for t in times.values())
     workloads = [times] + ([report["candidates_ms_scaled"]] if "candidates_ms_scaled" in report else [])
     assert report["lowering"] == eb_measure.choose(workloads)
@@ -116,7 +128,7 @@ def test_scaled_workload_repeats_the_bags(include_last_offset):
         offsets = torch.cat([offsets, torch.tensor([5])])
     psw = torch.rand(5)
     plan = eb.NodePlan("n", low.MODE_SUM, True, include_last_offset, -1, None, 20, 4, "float32")
-    w, ids2, off2, psw2 = eb_measure.scale_args((weight, ids, offsets, psw), plan, 7)
+    w, ids2, off2, psw2 = eb_measure.scale_args((weight, ids, offsets, psw), plan, 7, longer=1)
     assert ids2.shape[0] == 15 and torch.equal(psw2[5:10], psw)
     want = [0, 2, 2, 5, 7, 7, 10, 12, 12] + ([15] if include_last_offset else [])
     assert off2.tolist() == want
@@ -126,6 +138,14 @@ def test_scaled_workload_repeats_the_bags(include_last_offset):
                                               include_last_offset=include_last_offset)
     assert torch.allclose(big[:3], small) and torch.allclose(big[3:6], small)
     assert eb_measure.scale_args((weight, ids, offsets, psw), plan, 3) is None  # already 3 bags
+
+    # Each bag 3x as long (its ids and weights again and again; the empty bag stays empty): sums triple.
+    w, ids3, off3, psw3 = eb_measure.scale_args((weight, ids, offsets, psw), plan, 7, longer=3)
+    assert ids3[:6].tolist() == [1, 2, 1, 2, 1, 2] and ids3[6:15].tolist() == [3, 4, 5] * 3
+    assert off3.tolist()[:4] == [0, 6, 6, 15] and ids3.shape[0] == 45
+    long = torch.nn.functional.embedding_bag(ids3, w, off3, mode="sum", per_sample_weights=psw3,
+                                             include_last_offset=include_last_offset)
+    assert long.shape[0] == 9 and torch.allclose(long[:3], 3 * small) and torch.allclose(long[6:], 3 * small)
 
 
 def test_node_whose_extra_outputs_are_used_stays_on_aten():
@@ -147,7 +167,7 @@ def test_node_whose_extra_outputs_are_used_stays_on_aten():
 
 
 @pytest.mark.parametrize("choice,device,expected", [
-    ("fastest", "cpu", "expected one of auto, decompose, jagged, triton, aten"),
+    ("fastest", "cpu", "expected one of auto, decompose, jagged, triton, aten_sum, aten"),
     ("triton", "cpu", "needs --device cuda"),
 ])
 def test_bad_choice_is_one_clear_error(exported, choice, device, expected):
@@ -164,7 +184,8 @@ def _run_package(path, inputs):
     return out[0] if isinstance(out, (list, tuple)) else out
 
 
-@pytest.mark.parametrize("args", [(), ("--embedding-bag", "decompose")], ids=["auto", "decompose"])
+@pytest.mark.parametrize("args", [(), ("--embedding-bag", "decompose"), ("--embedding-bag", "aten_sum")],
+                         ids=["auto", "decompose", "aten_sum"])
 def test_recommendation_model_package(export_package, args):
     """Through AOTInductor: the manifest records the choice, and the package matches eager on fresh inputs."""
     import sys
@@ -177,7 +198,7 @@ def test_recommendation_model_package(export_package, args):
     path = export_package("models/embedding_bag.py", *args)
     rewrites = read_manifest(str(path))["rewrites"]["embedding_bag"]
     if args:
-        assert rewrites["lowering"] == "decompose"
+        assert rewrites["lowering"] == args[1]
     else:
         assert "aten" in rewrites["candidates_ms"] and "aten" in rewrites["candidates_ms_scaled"]
         assert rewrites["lowering"] == eb_measure.choose([rewrites["candidates_ms"],
@@ -192,7 +213,7 @@ def test_recommendation_model_package(export_package, args):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("choice", ["triton", "decompose", "jagged", "auto"])
+@pytest.mark.parametrize("choice", ["triton", "decompose", "jagged", "aten_sum", "auto"])
 def test_lowerings_through_aoti_on_cuda(choice, tmp_path):
     """Each lowering compiled by AOTInductor for CUDA (the Triton kernel inside the .so) matches eager."""
     from aotc.loader import ensure_libstdcxx_global

@@ -197,6 +197,6 @@ def test_embedding_bag_model_exports_with_its_rewrite_report(export_package):
     # the summary shows the measured choice: every candidate on the example and at a serving-sized batch
     rw, log = m["rewrites"]["embedding_bag"], (pkg.parent / "export.log").read_text()
     assert f"rewrite   embedding_bag: lowering {rw['lowering']} (measured: aten " in log, log
-    assert f"at {rw['scaled_bags']} bags (example bags repeated): aten " in log, log
+    assert f"at {rw['scaled_bags']} bags (example bags {rw['scaled_longer']}x as long, repeated): aten " in log, log
     if m["rewrites"]["embedding_bag"]["lowering"] == "aten":
         assert "aten._embedding_bag.default" in m["fallback_ops"]

@@ -45,6 +45,33 @@ def test_graph_report_of_the_mlp_has_no_fallback():
                                                     "aten.relu.default": 1}
 
 
+class Attention(nn.Module):
+    def forward(self, q, k, v):
+        # [B, heads, L, head_dim] each -> [B, heads, L, head_dim]
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_sdpa_backend_picks_the_kernel_the_decompositions_record():
+    """torch.export keeps scaled_dot_product_attention whole; the kernel is picked when it is decomposed (the
+    graph report, AOTInductor), so the backend holds around all of it."""
+    qkv = tuple(torch.randn(2, 4, 16, 8) for _ in range(3))
+    ep = exp.export_model(Attention(), qkv, None, False, ["q", "k", "v"])
+    with exp.attention_backend(None):
+        default = report.graph_report(ep)
+    with exp.attention_backend("math"):
+        math = report.graph_report(ep)
+    assert default["fallback_ops"] == ["aten._scaled_dot_product_flash_attention_for_cpu.default"]
+    assert math["fallback_ops"] == []  # the math backend is matmuls and a softmax, for Inductor to fuse
+    assert math["ops"]["aten.bmm.default"] == 2 and math["ops"]["aten.exp.default"] == 1, math["ops"]
+
+
+def test_sdpa_backend_without_a_kernel_here_is_refused_with_the_reason():
+    qkv = tuple(torch.randn(2, 4, 16, 8) for _ in range(3))
+    with pytest.raises(ExportError, match="--sdpa-backend cudnn: PyTorch has no cudnn attention kernel"):
+        with exp.attention_backend("cudnn"):
+            Attention()(*qkv)
+
+
 def test_strict_export_of_the_mlp():
     mf = load_model_file(str(REPO / "models/mlp.py"))
     ep = exp.export_model(mf.model, mf.example_inputs, mf.dynamic_shapes, True, mf.input_names)

@@ -48,8 +48,11 @@ def run_clients(n, fn):
 
 
 def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
+    # The hand-off to a runner is kept (run_inline_when_idle false): the simple model runs in microseconds,
+    # so run on the HTTP thread a request is done before the next arrives, and batches would rarely form.
     repo = make_repository(tmp_path / "repo", {"simple": pkg_simple},
-                           {"simple": {"max_batch_size": 32, "max_queue_delay_us": 20000}})
+                           {"simple": {"max_batch_size": 32, "max_queue_delay_us": 20000,
+                                       "run_inline_when_idle": False}})
     rng = np.random.default_rng(7)
     rows = [1 + i % 3 for i in range(64)]
     inputs = [(rng.integers(-10**6, 10**6, (r, 16), dtype=np.int32),
@@ -86,8 +89,8 @@ def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
 
 def test_batched_mlp_matches_eager(tmp_path, pkg_mlp):
     (xs,), (ys,) = read_samples(pkg_mlp)[0]
-    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp},
-                           {"mlp": {"max_queue_delay_us": 5000, "num_runners": 2}})
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp},  # hand-offs kept, as above
+                           {"mlp": {"max_queue_delay_us": 5000, "num_runners": 2, "run_inline_when_idle": False}})
     with Server("cpp", repo) as s:
         def client(i):
             x = xs[i:i + 1].astype(np.float32)
@@ -281,13 +284,17 @@ def _wait_pending(s, model, n, timeout=30):
         assert time.monotonic() < deadline, f"{model} never had {n} request(s) pending"
 
 
-def test_lone_request_does_not_wait_for_the_delay(tmp_path, pkg_simple, pkg_mlp):
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "hand-off"])
+def test_lone_request_does_not_wait_for_the_delay(tmp_path, pkg_simple, pkg_mlp, inline):
     # A 60 s queue delay and a 10 s client timeout: with no batch of the model executing, a request is
-    # taken at once (scheduler.cpp), so requests one at a time never pay the delay.
-    delay = {"max_batch_size": 16, "max_queue_delay_us": 60_000_000}
+    # taken at once (scheduler.cpp), so requests one at a time never pay the delay: run on its HTTP thread
+    # (the default) or handed to a runner.
+    delay = {"max_batch_size": 16, "max_queue_delay_us": 60_000_000, **({} if inline else {"run_inline_when_idle": False})}
     repo = make_repository(tmp_path / "repo", {"simple": pkg_simple, "mlp": pkg_mlp},
                            {"simple": delay, "mlp": {**delay, "num_runners": 2}})
     with Server("cpp", repo, request_timeout=10) as s:
+        _, cfg = s.json("GET", "/v2/models/simple/config")
+        assert cfg["run_inline_when_idle"] is inline, cfg
         for i in range(3):
             a = np.full((1, 16), i, np.int32)
             status, r = s.json("POST", "/v2/models/simple/infer", simple_request(a, a))

@@ -109,6 +109,7 @@ BAD_GROUPS = {
     "empty": ({"instance_group": []}, "'instance_group' must be a non-empty list"),
     "both": ({"instance_group": [{"count": 1, "kind": "KIND_CPU"}], "num_runners": 2},
              "give 'instance_group' or 'num_runners'/'device_index', not both"),
+    "inline_not_bool": ({"run_inline_when_idle": "yes"}, "'run_inline_when_idle' must be true or false"),
 }
 
 

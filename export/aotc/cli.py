@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-EMBEDDING_BAG_CHOICES = ("auto", "decompose", "jagged", "triton", "aten")
+EMBEDDING_BAG_CHOICES = ("auto", "decompose", "jagged", "triton", "aten_sum", "aten")
 
 
 def _add_export(sub) -> None:
@@ -32,6 +32,9 @@ def _add_export(sub) -> None:
     p.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
                    help="an Inductor config for the compile, e.g. coordinate_descent_tuning=True (repeatable; "
                         "VALUE is a Python literal)")
+    p.add_argument("--sdpa-backend", choices=("flash", "efficient", "cudnn", "math"),
+                   help="the attention kernel scaled_dot_product_attention records in the graph (default: "
+                        "flash on cuda where the model's attention has a flash kernel, else PyTorch's choice)")
     p.add_argument("--strict", action="store_true", help="torch.export in strict mode (TorchDynamo)")
     p.add_argument("--name", help="model name in the manifest (default: the file's stem)")
     p.add_argument("--allow-python-ops", action="store_true",

@@ -8,6 +8,7 @@ Pure functions of their arguments; torch.export itself is not thread-safe, so ca
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from aotc.errors import ExportError, ModelFileError
@@ -86,6 +87,33 @@ def dynamic_shapes_for(mf, inputs, dynamic_batch: tuple[int, int] | None):
         spec[0] = batch
         out[name] = spec
     return out
+
+
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                 "math": "MATH"}
+
+
+@contextlib.contextmanager
+def attention_backend(name: str | None):
+    """scaled_dot_product_attention limited to one kernel (a key of SDPA_BACKENDS) for what runs inside: the
+    eager reference, torch.export, and the decompositions of the graph report and of AOTInductor, which is
+    where the kernel is picked. None: PyTorch's choice. A kernel that cannot take the model's attention
+    inputs is an ExportError that says so."""
+    if not name:
+        yield
+        return
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        with sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[name])):
+            yield
+    except Exception as e:
+        if "No viable backend" in str(e) or "No available kernel" in str(e):
+            raise ExportError(f"--sdpa-backend {name}: PyTorch has no {name} attention kernel for this model's "
+                              f"attention inputs here (device, dtype or head size; torch {torch.__version__}); "
+                              f"leave the option out or pick another of {', '.join(SDPA_BACKENDS)}") from e
+        raise
 
 
 def export_model(model, inputs, dynamic_shapes, strict: bool, input_names: list[str], quiet: bool = True):

@@ -31,6 +31,7 @@ class ExportOptions:
     freezing: bool | None = None  # None: compile.DEVICE_DEFAULTS
     inductor_extra: dict = dataclasses.field(default_factory=dict)  # --inductor-config KEY=VALUE, applied last
     strict: bool = False
+    sdpa_backend: str | None = None  # export.SDPA_BACKENDS key; None: PyTorch's choice
     name: str | None = None
     allow_python_ops: bool = False
     embedding_bag: str = "auto"
@@ -49,6 +50,23 @@ def tolerance_for(mf, dtype: str) -> dict:
 
 
 def export_model_file(spec: str, opts: ExportOptions) -> dict:
+    from aotc.export import attention_backend
+
+    if opts.sdpa_backend is None and opts.device == "cuda":
+        # On CUDA, flash attention unless the model's attention has no flash kernel (fp32, say): on the H200
+        # it ran BERT-base 7% (batch 1) and 3% (batch 8) faster than PyTorch's own pick, cuDNN attention
+        # (docs/benchmarks.md). A model without attention is not affected.
+        try:
+            with attention_backend("flash"):
+                return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"))
+        except ExportError as e:
+            if not str(e).startswith("--sdpa-backend flash: PyTorch has no flash attention kernel"):
+                raise
+    with attention_backend(opts.sdpa_backend):
+        return _export_model_file(spec, opts)
+
+
+def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     import json
 
     import torch
@@ -90,7 +108,8 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
     inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing, opts.inductor_extra)
     inductor.pop("aot_inductor.metadata")
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
-                       "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor}
+                       "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor,
+                       **({"sdpa_backend": opts.sdpa_backend} if opts.sdpa_backend else {})}
     manifest = package.build_manifest(
         name=name, device=opts.device, cpu_isa=aoti.cpu_isa() if opts.device == "cpu" else "",
         cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
@@ -188,7 +207,8 @@ def main(args) -> int:
                          dynamic_batch=parse_dynamic_batch(args.dynamic_batch), max_autotune=args.max_autotune,
                          freezing={"on": True, "off": False}.get(getattr(args, "freezing", None)),
                          inductor_extra=parse_inductor_configs(getattr(args, "inductor_config", None) or []),
-                         strict=args.strict, name=args.name, allow_python_ops=args.allow_python_ops,
+                         strict=args.strict, sdpa_backend=getattr(args, "sdpa_backend", None), name=args.name,
+                         allow_python_ops=args.allow_python_ops,
                          embedding_bag=args.embedding_bag, verbose=getattr(args, "verbose", False))
     result = export_model_file(args.model, opts)
     print(report.format_summary(result))

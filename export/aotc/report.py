@@ -141,7 +141,8 @@ def format_summary(result: dict) -> str:
         lines.append(f"rewrite   {key}: lowering {rw.get('lowering')}" + (f" (measured: {cands})" if cands else ""))
         if rw.get("candidates_ms_scaled"):
             scaled = ", ".join(f"{k} {v:.3g} ms" for k, v in rw["candidates_ms_scaled"].items())
-            lines.append(f"          at {rw['scaled_bags']} bags (example bags repeated): {scaled}")
+            lines.append(f"          at {rw['scaled_bags']} bags (example bags {rw.get('scaled_longer', 1)}x as long, "
+                         f"repeated): {scaled}")
         for d in rw.get("details") or []:
             if d.get("tiles"):
                 t = d["tiles"]

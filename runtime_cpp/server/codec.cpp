@@ -199,16 +199,18 @@ Tensor parse_input(const Value& in, size_t index, std::string_view blobs, size_t
       throw bad_request(where + ": shape " + shape_str(t.shape) + " of " + dt + " needs " +
                         std::to_string(*count * wire_type_size(t.type)) + " bytes, binary_data_size is " +
                         std::to_string(n));
-    t.bytes.assign(blobs.data() + blob_offset, n);
+    t.bytes = Bytes(std::string(blobs.data() + blob_offset, n));
     blob_offset += n;
     return t;
   }
   if (!data) throw bad_request(where + ": has neither 'data' nor parameters.binary_data_size");
-  if (t.type != WireType::BYTES) t.bytes.reserve(std::min<uint64_t>(*count * wire_type_size(t.type), 1 << 20));
-  uint64_t got = flatten(*data, t.type, t.bytes, where, 0);
+  std::string bytes;
+  if (t.type != WireType::BYTES) bytes.reserve(std::min<uint64_t>(*count * wire_type_size(t.type), 1 << 20));
+  uint64_t got = flatten(*data, t.type, bytes, where, 0);
   if (got != *count)
     throw bad_request(where + ": shape " + shape_str(t.shape) + " needs " + std::to_string(*count) +
                       " elements, 'data' has " + std::to_string(got));
+  t.bytes = Bytes(std::move(bytes));
   return t;
 }
 
@@ -323,10 +325,15 @@ std::string write_infer_response(const InferResponse& r, size_t* json_length) {
   }
   w.EndArray();
   w.EndObject();
-  std::string out(sb.GetString(), sb.GetSize());
+  size_t total = sb.GetSize();
+  for (const auto& o : r.outputs)
+    if (o.binary) total += o.tensor.bytes.size();
+  std::string out;
+  out.reserve(total);  // one allocation: the blobs are the bulk of the answer
+  out.append(sb.GetString(), sb.GetSize());
   *json_length = any_binary ? out.size() : std::string::npos;
   for (const auto& o : r.outputs)
-    if (o.binary) out += o.tensor.bytes;
+    if (o.binary) out.append(o.tensor.bytes.data(), o.tensor.bytes.size());
   return out;
 }
 
@@ -350,6 +357,10 @@ ModelConfig parse_model_config(const std::string& text) {
     if (!v->IsInt64() || v->GetInt64() < -1 || v->GetInt64() > 127)
       throw bad_request("config.json: 'device_index' must be an integer in -1..127 (-1: the current GPU)");
     c.device_index = v->GetInt64();
+  }
+  if (const Value* v = member(doc, "run_inline_when_idle")) {
+    if (!v->IsBool()) throw bad_request("config.json: 'run_inline_when_idle' must be true or false");
+    c.run_inline_when_idle = v->GetBool();
   }
   if (const Value* v = member(doc, "preferred_batch_sizes")) {
     if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
@@ -526,6 +537,7 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
     w.EndObject();
     w.EndObject();
   }
+  w.Key("run_inline_when_idle"); w.Bool(c.run_inline_when_idle.value_or(true));
   w.Key("instance_group");
   w.StartArray();
   for (const auto& g : c.instance_group) {

@@ -1,5 +1,6 @@
 // Model (model.h): the one file of the server that includes ATen. Converts byte tensors to host at::Tensor
-// views (no copy), calls aotc::Session::run, and copies the outputs back to bytes; also owns the intra-op
+// views (no copy), calls aotc::Session::run, and hands the outputs back as byte views of the output tensors
+// (no copy); also owns the intra-op
 // thread count (at::set_num_threads). Thread-safe as model.h says: no state beyond the Session, which is
 // thread-safe, and one process-wide atomic thread count.
 #include "model.h"
@@ -119,12 +120,14 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
     std::vector<Tensor> result;
     result.reserve(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) {
-      at::Tensor o = outs[i].contiguous().to(at::kCPU);
+      auto o = std::make_shared<const at::Tensor>(outs[i].contiguous().to(at::kCPU));
       Tensor t;
       t.name = i < man.outputs.size() ? man.outputs[i].name : "output" + std::to_string(i);
-      t.type = wire_from_scalar(o.scalar_type());
-      t.shape.assign(o.sizes().begin(), o.sizes().end());
-      t.bytes.assign(static_cast<const char*>(o.data_ptr()), o.nbytes());
+      t.type = wire_from_scalar(o->scalar_type());
+      t.shape.assign(o->sizes().begin(), o->sizes().end());
+      // A view of the output tensor (pinned memory for CUDA packages), kept alive until the answer is encoded.
+      const char* data = static_cast<const char*>(o->data_ptr());
+      t.bytes = Bytes(o, data, o->nbytes());
       result.push_back(std::move(t));
     }
     return result;

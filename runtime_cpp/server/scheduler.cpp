@@ -80,10 +80,11 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
                         " requests queued (max_queue_size); retry later");
     }
     ++pending_;
-    // Without batching, nothing queued and every instance idle: the calling thread runs the request itself,
-    // sparing the two thread hand-offs (to a runner and back) of the queued path. With batching it queues:
-    // requests that arrive during the hand-off are what a batch of a fast model forms from.
-    run_inline = !batching() && queue_.empty() && busy_ == 0;
+    // Nothing queued and every instance idle: the calling thread runs the request itself, sparing the two
+    // thread hand-offs (to a runner and back) of the queued path; requests that arrive meanwhile queue and
+    // batch as usual. run_inline_when_idle false keeps the hand-off (for a model that runs in microseconds,
+    // the requests that arrive during it are what its batches form from).
+    run_inline = runs_inline_when_idle() && queue_.empty() && busy_ == 0;
     if (run_inline) {
       ++busy_;
       instance_busy_[0] = 1;
@@ -226,7 +227,12 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
       inputs = jobs[0]->inputs;
       for (size_t i = 0; i < inputs.size(); ++i) {
         inputs[i].shape[0] = total;
-        for (size_t k = 1; k < jobs.size(); ++k) inputs[i].bytes += jobs[k]->inputs[i].bytes;
+        size_t size = 0;
+        for (const auto& j : jobs) size += j->inputs[i].bytes.size();
+        std::string batch;
+        batch.reserve(size);
+        for (const auto& j : jobs) batch.append(j->inputs[i].bytes.data(), j->inputs[i].bytes.size());
+        inputs[i].bytes = Bytes(std::move(batch));
       }
     }
     t1 = Clock::now();
@@ -250,7 +256,7 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
           piece.shape = t.shape;
           piece.shape[0] = j->rows;
           size_t n = row_bytes * static_cast<size_t>(j->rows);
-          piece.bytes.assign(t.bytes, offset, n);
+          piece.bytes = t.bytes.slice(offset, n);  // shares the batch's output buffer
           offset += n;
           j->outputs[o] = std::move(piece);
         }

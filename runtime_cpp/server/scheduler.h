@@ -5,8 +5,9 @@
 // Requests whose trailing dims agree are concatenated along the manifest's batch dim (dim 0) up to
 // max_batch_size, then the outputs are split back by rows. A batch waits for more requests (at most
 // max_queue_delay_us after the oldest one arrived; a preferred batch size goes at once) only while another
-// batch of this model is executing; with every instance idle, a runner takes what is queued at once. Without
-// batching, a request that finds nothing queued runs on the calling thread (no hand-off to a runner). A CUDA
+// batch of this model is executing; with every instance idle, a runner takes what is queued at once. A request
+// that finds nothing queued and every instance idle runs on the calling thread (no hand-off to a runner) when
+// the config's run_inline_when_idle allows it (the default). A CUDA
 // package replayed as CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set,
 // batches are then cut to the largest bucket the queue fills (the rest waits for the next batch), so no rows
 // are padded. Blocking: infer() blocks the calling thread until its answer is ready. Thread-safety: every
@@ -53,6 +54,7 @@ class Scheduler {
   const ModelInfo& info() const { return instances_[0].model->info(); }
   const ModelConfig& config() const { return config_; }
   bool batching() const { return config_.max_batch_size > 0 && info().batch.has_value(); }
+  bool runs_inline_when_idle() const { return config_.run_inline_when_idle.value_or(true); }
 
  private:
   struct Job;

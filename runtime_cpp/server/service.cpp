@@ -122,7 +122,7 @@ InferRequest raw_request(const Repository& repo, const std::string& model, const
     throw bad_request("a raw body of " + std::to_string(body.size()) + " bytes does not fit input '" + spec.name +
                       "' of shape " + shape_str(spec.shape) + " " + wire_type_name(spec.type));
   if (dynamic >= 0) t.shape[static_cast<size_t>(dynamic)] = static_cast<int64_t>(body.size() / fixed);
-  t.bytes = std::move(body);
+  t.bytes = Bytes(std::move(body));
   InferRequest r;
   r.model = model;
   r.version = version;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -44,12 +45,42 @@ std::optional<WireType> wire_type_from_manifest(const std::string& dtype);  // "
 std::optional<uint64_t> element_count(const std::vector<int64_t>& shape, uint64_t limit);
 std::string shape_str(const std::vector<int64_t>& shape);  // "[1, 512]"
 
-// A tensor as bytes: row-major, little-endian, no padding. Owns its bytes.
+// Immutable bytes that share their buffer: a string of their own, or a view into a buffer kept alive by an
+// owner (a model's output tensor in pinned memory), so that outputs reach the response encoder and the rows
+// of a batch reach their requests without a copy. Copies share; nothing writes through a Bytes.
+class Bytes {
+ public:
+  Bytes() = default;
+  explicit Bytes(std::string s) {
+    auto owned = std::make_shared<const std::string>(std::move(s));
+    data_ = owned->data();
+    size_ = owned->size();
+    owner_ = std::move(owned);
+  }
+  Bytes(std::shared_ptr<const void> owner, const char* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  // Bytes [offset, offset + n) of these, sharing the buffer.
+  Bytes slice(size_t offset, size_t n) const {
+    if (offset > size_ || n > size_ - offset) throw std::out_of_range("Bytes::slice past the end");
+    return Bytes(owner_, data_ + offset, n);
+  }
+  std::string str() const { return std::string(data_, size_); }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A tensor as bytes: row-major, little-endian, no padding.
 struct Tensor {
   std::string name;
   WireType type = WireType::FP32;
   std::vector<int64_t> shape;
-  std::string bytes;
+  Bytes bytes;
 };
 
 struct TensorInfo {
@@ -82,6 +113,9 @@ struct ModelConfig {
   int64_t max_batch_size = -1;             // 0 turns dynamic batching off; -1 = default from the manifest
   int64_t max_queue_delay_us = 0;          // how long a batch may wait for more requests
   std::vector<int64_t> preferred_batch_sizes;
+  // A request that finds nothing queued and every instance idle runs on its HTTP thread (no hand-off to a
+  // runner and back); unset = true.
+  std::optional<bool> run_inline_when_idle;
   int64_t num_runners = 1;                 // model calls that may run at once
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
   std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index

@@ -1,8 +1,9 @@
 // aotc-load: closed-loop HTTP/1.1 load generator for benchmarks (bench/gpu_http.py), cheap enough per request
 // that the latency it measures is the server's, even for large binary answers (it reads them with few big
-// recv calls, where wrk reads 8 KiB at a time). Not a general HTTP client: http:// only, one POST replayed.
+// recv calls, where wrk reads 8 KiB at a time). Not a general HTTP client: http:// only, one POST (or GET)
+// replayed.
 //
-//   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer --body FILE [--header "Name: value"]...
+//   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE] [--header "Name: value"]...
 //             [--connections C] [--duration S] [--warmup S] [--timeout S]
 //
 // Threads: one per keep-alive connection, each sending the request and reading the whole answer before
@@ -39,9 +40,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
-    "usage: aotc-load --url http://HOST:PORT/PATH --body FILE [--header 'Name: value']... [--connections C]\n"
+    "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE] [--header 'Name: value']... [--connections C]\n"
     "                 [--duration S] [--warmup S] [--timeout S]\n"
-    "  POSTs FILE on C keep-alive connections (default 1), each waiting for its answer before sending again,\n"
+    "  POSTs FILE (without --body: GETs PATH) on C keep-alive connections (default 1), each waiting for its\n"
+    "  answer before sending again,\n"
     "  for S seconds (default 10) after a warm-up (default 0) whose requests are not counted; a connection\n"
     "  that stalls for --timeout seconds (default 30) is an error. Prints one line `AOTC_LOAD {json}`.\n";
 
@@ -140,19 +142,19 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (url.empty()) throw UsageError("--url is required");
-  if (a.body_file.empty()) throw UsageError("--body is required");
   parse_url(url, a);
   return a;
 }
 
 // The whole request, built once and shared read-only by every thread.
 std::string build_request(const Args& a, const std::string& body) {
-  std::string req = "POST " + a.path + " HTTP/1.1\r\n";
+  const bool post = !a.body_file.empty();
+  std::string req = (post ? "POST " : "GET ") + a.path + " HTTP/1.1\r\n";
   bool own_host = std::none_of(a.headers.begin(), a.headers.end(), [](const std::string& h) {
     return h.size() >= 5 && strncasecmp(h.c_str(), "host:", 5) == 0;
   });
   if (own_host) req += "Host: " + a.host_header + "\r\n";
-  req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  if (post) req += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   for (const auto& h : a.headers) req += h + "\r\n";
   req += "\r\n";
   req += body;
@@ -409,9 +411,12 @@ double percentile(const std::vector<double>& sorted, double p) {
 }
 
 int run(const Args& a) {
-  std::ifstream in(a.body_file, std::ios::binary);
-  if (!in) throw UsageError("cannot read --body '" + a.body_file + "'");
-  std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string body;
+  if (!a.body_file.empty()) {
+    std::ifstream in(a.body_file, std::ios::binary);
+    if (!in) throw UsageError("cannot read --body '" + a.body_file + "'");
+    body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
   const std::string request = build_request(a, body);
 
   addrinfo hints{};

@@ -2,7 +2,7 @@
 
 `measure(ep, example_inputs, plans, candidates, device) -> {times, scaled_times, skipped, choice}` runs the
 exported program once to capture the real arguments of every embedding-bag node, then times all nodes
-together per candidate, on those arguments and on the same bags repeated to a serving-sized batch:
+together per candidate, on those arguments and on the same bags, made longer, repeated to a serving-sized batch:
 ATen's kernel and the Triton kernel eagerly (they are already single kernels), the basic-op lowerings
 through torch.compile (what Inductor makes of them is what the package runs). Each time is the best of
 several calls, taken in turns across the candidates (on one thread on CPU, see below). A candidate that fails
@@ -20,7 +20,7 @@ import torch
 
 from aotc.rewrite import embedding_bag as eb
 
-COMPILED = ("decompose", "jagged")
+COMPILED = ("decompose", "jagged", "aten_sum")  # timed as Inductor compiles them: their small ops fuse
 _BUDGET_S = 0.5  # timing budget for all candidates together, after warm-up
 
 
@@ -139,14 +139,16 @@ def tune_for(ep, example_inputs, plans) -> None:
     tune_tiles([(p, args) for p, args in zip(plans, captured) if not p.note])
 
 
-SCALED_BAGS = 512  # the second workload: the example's bags repeated up to a serving-sized batch
+SCALED_BAGS = 512  # the second workload: the example's bags, LONGER_BAGS times as long, repeated up to a
+LONGER_BAGS = 4    # serving-sized batch (padded lowerings pay for the longest bag: examples are often short)
 MARGIN = 0.95  # a lowering replaces ATen's kernel only if at most this fraction of ATen's time everywhere
 
 
-def scale_args(args: tuple, plan, bags: int) -> tuple | None:
-    """The node's captured (weight, indices, offsets, psw) with its bags repeated until there are at least
-    `bags` of them (same lengths, same ids), or None when there are already that many or the offsets are
-    not the usual consecutive bags starting at 0."""
+def scale_args(args: tuple, plan, bags: int, longer: int = LONGER_BAGS) -> tuple | None:
+    """The node's captured (weight, indices, offsets, psw) with each bag's ids repeated `longer` times (each
+    bag `longer` times as long, empty bags stay empty) and the bags then repeated until there are at least
+    `bags` of them, or None when there are already that many or the offsets are not the usual consecutive
+    bags starting at 0."""
     weight, indices, offsets, psw = args
     num_bags = offsets.shape[0] - 1 if plan.include_last_offset else offsets.shape[0]
     if num_bags == 0 or num_bags >= bags or indices.dim() != 1 or int(offsets[0]) != 0:
@@ -154,9 +156,17 @@ def scale_args(args: tuple, plan, bags: int) -> tuple | None:
     used = int(offsets[-1]) if plan.include_last_offset else indices.shape[0]
     if used != indices.shape[0]:
         return None
+    starts = offsets[:num_bags].to(torch.int64)
+    lengths = torch.diff(starts, append=starts.new_tensor([used]))
+    new_lengths = lengths * longer
+    new_starts = torch.cumsum(new_lengths, 0) - new_lengths
+    bag = torch.repeat_interleave(torch.arange(num_bags, device=starts.device), new_lengths)
+    within = torch.arange(bag.shape[0], device=starts.device) - new_starts[bag]
+    source = starts[bag] + within % lengths[bag]  # a bag's ids, again and again
+    indices, psw = indices[source], None if psw is None else psw[source]
+    offsets, used = new_starts.to(offsets.dtype), int(bag.shape[0])
     reps = -(-bags // num_bags)
-    starts = offsets[:num_bags]
-    new_offsets = torch.cat([starts + k * used for k in range(reps)])
+    new_offsets = torch.cat([offsets + k * used for k in range(reps)])
     if plan.include_last_offset:
         new_offsets = torch.cat([new_offsets, new_offsets.new_tensor([reps * used])])
     return (weight, indices.repeat(reps), new_offsets, None if psw is None else psw.repeat(reps))
@@ -174,7 +184,7 @@ def choose(workloads: list[dict[str, float]]) -> str:
 
 def measure(ep, example_inputs, plans, candidates, device: str) -> dict:
     """Times each candidate lowering on every node's real arguments (nodes kept on ATen are left out), on the
-    example inputs and on their bags repeated to SCALED_BAGS; the Triton kernel runs with the tile
+    example inputs and on their bags made LONGER_BAGS times as long and repeated to SCALED_BAGS; the Triton kernel runs with the tile
     `tune_tiles` picked for each node (on the example inputs).
 
     Returns {"times": {lowering: ms}, "scaled_times": {lowering: ms} (absent when the example is already
@@ -195,7 +205,7 @@ def measure(ep, example_inputs, plans, candidates, device: str) -> dict:
         ok = [n for n in candidates if n in result["times"]]
         result["scaled_times"] = _measure_workload([(p, s) for (p, _), s in zip(pairs, scaled)], ok, device,
                                                    result["skipped"])
-        result["scaled_bags"] = SCALED_BAGS
+        result["scaled_bags"], result["scaled_longer"] = SCALED_BAGS, LONGER_BAGS
         workloads.append(result["scaled_times"])
     result["choice"] = choose(workloads)
     return result
@@ -218,9 +228,12 @@ def _measure_workload(pairs, candidates, device: str, skipped: dict) -> dict[str
     with torch.no_grad():
         reference = run_all("aten")(*flat)
     ready: dict = {}
+    # On CPU ATen's kernel goes through torch.compile too, so that every candidate pays the same Python call
+    # overhead (a compiled call costs more than an eager one); on CUDA it is timed as a CUDA graph replay.
+    compiled = COMPILED + (("aten",) if device == "cpu" else ())
     for name in candidates:
         fn = run_all(name)
-        if name in COMPILED:
+        if name in compiled:
             fn = torch.compile(fn, dynamic=False)
         try:
             if name == "triton":

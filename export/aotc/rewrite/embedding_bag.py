@@ -4,7 +4,7 @@
 between torch.export and AOTInductor. Lowerings: "decompose" (padded masked reduction from basic ops, fused
 by Inductor), "jagged" (gather + scatter-add over the useful rows only), "triton" (aotc's Triton kernel,
 CUDA only, compiled into the package) and "aten" (ATen's kernel, an opaque fallback, graph left as is).
-"auto" times the candidates for the device on the example inputs and on their bags repeated to a
+"auto" times the candidates for the device on the example inputs and on their bags, made longer, repeated to a
 serving-sized batch (eb_measure.py), and keeps a lowering only if it beats ATen's kernel by a margin on
 both, so it is never slower than ATen on what it measured.
 
@@ -24,7 +24,7 @@ import torch
 from aotc.errors import ExportError
 from aotc.rewrite import eb_lowerings as low
 
-CHOICES = ("auto", "decompose", "jagged", "triton", "aten")
+CHOICES = ("auto", "decompose", "jagged", "triton", "aten_sum", "aten")
 _aten = torch.ops.aten
 # ops torch.export emits for nn.EmbeddingBag (before and after core-ATen decomposition), in schema order
 # (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx)
@@ -139,9 +139,9 @@ def lower(lowering: str, plan: NodePlan, weight, indices, offsets, psw) -> torch
         return low.decompose(a)
     if lowering == "jagged":
         return low.jagged(a)
-    if lowering == "aten":
+    if lowering in ("aten", "aten_sum"):
         a = low.EbArgs(weight, indices, offsets, plan.mode, psw, plan.include_last_offset, plan.padding_idx)
-        return low.reference(a)
+        return low.reference(a) if lowering == "aten" else low.aten_sum(a)
     raise AssertionError(f"unknown lowering {lowering}")
 
 
@@ -149,16 +149,22 @@ class _Decomposer:
     """Decomposition for the embedding-bag ops: called once per node, in graph order, during the retrace."""
 
     def __init__(self, plans: list[NodePlan]):
-        self.plans, self.calls = plans, 0
+        self.plans, self.calls, self.lowering = plans, 0, False
 
     def __call__(self, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+        if self.lowering:  # a lowering's own call of ATen's kernel (aten_sum): kept as it is
+            return NotImplemented
         plan = self.plans[self.calls]
         self.calls += 1
         assert plan.mode == mode and plan.include_last_offset == include_last_offset, "retrace order changed"
         if plan.lowering == "aten":
             return NotImplemented
-        pooled = lower(plan.lowering, plan, weight, indices, offsets, per_sample_weights)
+        self.lowering = True
+        try:
+            pooled = lower(plan.lowering, plan, weight, indices, offsets, per_sample_weights)
+        finally:
+            self.lowering = False
         empty = indices.new_empty((0,), dtype=torch.int64)
         return pooled, empty, empty, empty  # offset2bag, bag_size, max_indices: unused (checked by plan_node)
 
@@ -189,7 +195,7 @@ def _restore(ep, saved) -> None:
 
 
 def candidates_for(device: str) -> list[str]:
-    names = ["aten", "decompose", "jagged"]
+    names = ["aten", "aten_sum", "decompose", "jagged"]
     if device.startswith("cuda") and triton_available():
         names.append("triton")
     return names
@@ -238,7 +244,7 @@ def rewrite(ep, example_inputs: tuple, device: str, choice: str):
         report["candidates_ms"] = {k: round(v, 4) for k, v in measured["times"].items()}
         if "scaled_times" in measured:
             report["candidates_ms_scaled"] = {k: round(v, 4) for k, v in measured["scaled_times"].items()}
-            report["scaled_bags"] = measured["scaled_bags"]
+            report["scaled_bags"], report["scaled_longer"] = measured["scaled_bags"], measured["scaled_longer"]
         if measured["skipped"]:
             report["skipped"] = measured["skipped"]
         lowering = measured["choice"]
@@ -257,6 +263,8 @@ def rewrite(ep, example_inputs: tuple, device: str, choice: str):
             report["skipped"] = {"tile tuning": f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:200]}"}
     for plan in plans:
         plan.lowering = "aten" if plan.note else lowering
+        if plan.lowering == "aten_sum" and not low.aten_sum_applies(plan.mode, plan.padding_idx):
+            plan.lowering = "aten"  # what aten_sum runs for this node anyway
     report["details"] = [p.describe() for p in plans]
     if all(p.lowering == "aten" for p in plans):
         return ep, report
