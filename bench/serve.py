@@ -126,6 +126,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--kind", default="cpp", choices=["cpp", "python"])
     ap.add_argument("--max-queue-delay-us", type=int, default=0, help="batching config for <model>")
+    ap.add_argument("--inline", choices=["on", "off"], default="on",
+                    help="run_inline_when_idle for <model> (cpp server)")
     ap.add_argument("--client-procs", type=int, default=2, help="load-generator processes")
     ap.add_argument("--server-flags", default="", help="extra server flags, e.g. '--intra-op-threads 1'")
     args = ap.parse_args()
@@ -134,7 +136,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         pkgs = {m: package(m) for m in models}
         repo = make_repository(Path(tmp) / "repo", {**pkgs, **{f"{m}_nobatch": p for m, p in pkgs.items()}},
-                               {**{m: {"max_queue_delay_us": args.max_queue_delay_us} for m in models},
+                               {**{m: {"max_queue_delay_us": args.max_queue_delay_us,
+                                       "run_inline_when_idle": args.inline == "on"} for m in models},
                                 **{f"{m}_nobatch": {"max_batch_size": 0} for m in models}})
         rows = []
         with Server(args.kind, repo, *args.server_flags.split()) as s, \
