@@ -200,3 +200,16 @@ def test_embedding_bag_model_exports_with_its_rewrite_report(export_package):
     assert f"at {rw['scaled_bags']} bags (example bags {rw['scaled_longer']}x as long, repeated): aten " in log, log
     if m["rewrites"]["embedding_bag"]["lowering"] == "aten":
         assert "aten._embedding_bag.default" in m["fallback_ops"]
+
+
+def test_sdpa_backend_is_held_through_the_compile_and_recorded(export_package):
+    """--sdpa-backend math: no attention kernel left for AOTInductor to call (the math version is matmuls and a
+    softmax it compiles), recorded in the manifest, and the package matches eager."""
+    pkg = export_package("models/bert.py", "--sdpa-backend", "math")
+    m = read_manifest(str(pkg))
+    assert m["compile"]["sdpa_backend"] == "math"
+    assert not any("scaled_dot_product" in op for op in m["fallback_ops"]), m["fallback_ops"]
+    assert "PASS" in (pkg.parent / "export.log").read_text()
+    default = read_manifest(str(export_package("models/bert.py")))
+    assert "sdpa_backend" not in default["compile"]  # CPU: PyTorch's choice, nothing recorded
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in default["fallback_ops"]

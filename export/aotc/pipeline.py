@@ -92,6 +92,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     with prog.stage("torch.export" + (" (strict)" if opts.strict else "")):
         ds = exp.dynamic_shapes_for(mf, inputs, opts.dynamic_batch)
         ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose)
+        attention = any("scaled_dot_product" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
 
     with prog.stage("graph report and rewrites") as note:
         ep, rewrites = _rewrite(ep, inputs, opts)
@@ -109,7 +110,8 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     inductor.pop("aot_inductor.metadata")
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
                        "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor,
-                       **({"sdpa_backend": opts.sdpa_backend} if opts.sdpa_backend else {})}
+                       # the attention kernel, where the model has attention for it to choose
+                       **({"sdpa_backend": opts.sdpa_backend} if opts.sdpa_backend and attention else {})}
     manifest = package.build_manifest(
         name=name, device=opts.device, cpu_isa=aoti.cpu_isa() if opts.device == "cpu" else "",
         cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
