@@ -86,7 +86,7 @@ def test_aten_sum_takes_sum_and_mean_and_leaves_max_on_aten(exported):
     new_ep, report = eb.rewrite(ep, EXAMPLE, "cpu", "aten_sum")
     assert report["lowering"] == "aten_sum"
     assert [d["lowering"] for d in report["details"]] == ["aten_sum", "aten_sum", "aten"]
-    # mean and weighted sum become ATen's forward-only kernel in sum mode; max keeps its node
+    # mean and weighted sum become ATen's kernel in sum mode (a mean then divided); max keeps its node
     modes = sorted((n.target.__name__, int(eb.node_args(n)["mode"])) for n in eb_nodes(new_ep))
     assert modes == [("_embedding_bag.default", 0), ("_embedding_bag.default", 0),
                      ("_embedding_bag.default", 2)], modes

@@ -160,12 +160,12 @@ def aten_sum_applies(mode: int, padding_idx: int) -> bool:
 
 
 def aten_sum(a: EbArgs):
-    """ATen's forward-only kernel in sum mode, then a mean divided by the bag sizes in the graph.
+    """ATen's kernel in sum mode, then a mean divided by the bag sizes in the graph.
 
-    On CPU ATen's sum path (fbgemm) is about twice as fast as its mean path on the same ids, and the
-    forward-only op skips the offset2bag and bag_size outputs `_embedding_bag` builds; the division is an
-    elementwise op Inductor fuses into whatever reads the pooled bags. Modes `aten_sum_applies` rejects go to
-    ATen's kernel unchanged.
+    On CPU ATen's sum path (fbgemm) is about twice as fast as its mean path on the same ids; the division is
+    an elementwise op Inductor fuses into whatever reads the pooled bags. Modes `aten_sum_applies` rejects go
+    to ATen's kernel unchanged. (`_embedding_bag`, not the faster forward-only op: Inductor's fallback for
+    that one fails on a weight that requires grad, which exported parameters do.)
     """
     if not aten_sum_applies(a.mode, a.padding_idx):
         return reference(a)
@@ -174,13 +174,14 @@ def aten_sum(a: EbArgs):
         offsets = torch.arange(0, b * length, length, device=a.indices.device, dtype=torch.int64)
         psw = None if a.per_sample_weights is None else a.per_sample_weights.reshape(-1)
         a = EbArgs(a.weight, a.indices.reshape(-1), offsets, a.mode, psw, False, a.padding_idx)
+    # weight [R, D], ids [N], offsets [B] or [B + 1] -> pooled sums [B, D]
     pooled = torch.ops.aten._embedding_bag(
         a.weight, a.indices, a.offsets, False, MODE_SUM, False, a.per_sample_weights, a.include_last_offset,
         a.padding_idx)[0]
     if a.mode == MODE_SUM:
         return pooled
-    starts, ends = bag_bounds(a.offsets, a.indices.shape[0], a.include_last_offset)
-    return (pooled / (ends - starts).clamp(min=1).to(pooled.dtype).unsqueeze(1)).to(a.weight.dtype)
+    starts, ends = bag_bounds(a.offsets, a.indices.shape[0], a.include_last_offset)  # [B] each
+    return (pooled / (ends - starts).clamp(min=1).to(pooled.dtype).unsqueeze(1)).to(a.weight.dtype)  # [B, D]
 
 
 def decompose(a: EbArgs):
