@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -40,6 +41,22 @@ def find_binary(name: str, env: str) -> str:
             return str(c)
     raise RuntimeError(f"{name} not found (PATH, .venv/bin, build/*/runtime_cpp); build it with `make build` "
                        f"or set {env}")
+
+
+def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: list[str] = ()) -> float:
+    """Median us per call of `aotc-run PKG x.npy --bench calls` (x a numpy array), with extra `flags`
+    (--no-cuda-graphs, --device-inputs). Raises RuntimeError with aotc-run's last words if it fails."""
+    import numpy as np
+
+    npy = tmp / f"in_{pkg.stem}_{x.shape[0]}.npy"
+    np.save(npy, x)
+    argv = [find_binary("aotc-run", "AOTC_RUN"), str(pkg), str(npy), "--bench", str(calls), "--warmup", str(warmup),
+            *flags]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    m = re.search(r"p50_us=([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return float(m.group(1))
 
 
 def infer_body(x, name: str, outputs: list[str] | None = None) -> tuple[bytes, dict]:

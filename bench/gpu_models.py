@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gpu_http import Server, http_load, server_stats, stats_per_request
+from gpu_http import Server, aotc_run_p50_us, http_load, server_stats, stats_per_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
@@ -101,20 +99,9 @@ def measure(fn, x_host, iters, torch) -> dict:
 
 # ---- aotc-run ----------------------------------------------------------------------------------------------
 def aotc_run_bench(pkg: Path, x_host, graphs: bool, iters: int, tmp: Path, device_inputs: bool = False) -> float:
-    import numpy as np
-
-    exe = shutil.which("aotc-run")
-    if exe is None:
-        raise RuntimeError("aotc-run is not on PATH")
-    npy = tmp / f"in_{pkg.stem}_{x_host.shape[0]}.npy"
-    np.save(npy, x_host.numpy())
-    cmd = [exe, str(pkg), str(npy), "--bench", str(iters), "--warmup", "50"] + ([] if graphs else ["--no-cuda-graphs"])
-    cmd += ["--device-inputs"] if device_inputs else []
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    m = re.search(r"p50_us=([0-9.]+)", r.stdout)
-    if r.returncode != 0 or not m:
-        raise RuntimeError(f"aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
-    return float(m.group(1)) / 1e3
+    """Median ms per call of aotc-run on the torch tensor x_host."""
+    flags = ([] if graphs else ["--no-cuda-graphs"]) + (["--device-inputs"] if device_inputs else [])
+    return aotc_run_p50_us(pkg, x_host.numpy(), tmp, iters, 50, flags) / 1e3
 
 
 # ---- the run -----------------------------------------------------------------------------------------------

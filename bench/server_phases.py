@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -27,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "export"))
 sys.path.insert(0, str(ROOT / "python_client"))
-from gpu_http import Server, find_binary, get_load, http_load, server_stats, stats_per_request  # noqa: E402
+from gpu_http import Server, aotc_run_p50_us, get_load, http_load, server_stats, stats_per_request  # noqa: E402
 
 CONFIGS = {"batching, handed to a runner": {"max_batch_size": 64, "max_queue_delay_us": 200,
                                             "run_inline_when_idle": False},
@@ -45,17 +43,6 @@ def first_sample(pkg: Path) -> tuple[str, np.ndarray]:
         root = zf.namelist()[0].split("/")[0]
         x = np.load(io.BytesIO(zf.read(f"{root}/{m['samples'][0]['inputs'][0]}")), allow_pickle=False)
     return m["inputs"][0]["name"], x
-
-
-def in_process_us(pkg: Path, x: np.ndarray, tmp: Path) -> float:
-    npy = tmp / f"x{x.shape[0]}.npy"
-    np.save(npy, x)
-    r = subprocess.run([find_binary("aotc-run", "AOTC_RUN"), str(pkg), str(npy), "--bench", "2000", "--warmup", "200"],
-                       capture_output=True, text=True, timeout=600)
-    m = re.search(r"p50_us=([0-9.]+)", r.stdout)
-    if r.returncode != 0 or not m:
-        raise SystemExit(f"server_phases: aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
-    return float(m.group(1))
 
 
 def main() -> int:
@@ -83,7 +70,10 @@ def main() -> int:
                                       for _ in range(args.rounds)) * 1e3
             for b in args.batch:
                 x = np.resize(sample, (b, *sample.shape[1:]))
-                ref = in_process_us(pkg, x, tmp)
+                try:
+                    ref = aotc_run_p50_us(pkg, x, tmp, calls=2000, warmup=200)
+                except RuntimeError as e:
+                    raise SystemExit(f"server_phases: {e}") from None
                 before, runs = {}, {m: [] for m in models}
                 for model in models:
                     http_load(srv.port, model, x, name, 1, 1.0)  # warm-up: graph capture, first calls

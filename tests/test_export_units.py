@@ -12,7 +12,7 @@ from torch import nn
 
 from aotc import export as exp
 from aotc import package, parity, report
-from aotc.errors import ExportError
+from aotc.errors import ExportError, NoAttentionKernel
 from aotc.load_model import load_model_file
 from aotc.pipeline import parse_dynamic_batch, tolerance_for
 from conftest import REPO
@@ -67,7 +67,7 @@ def test_sdpa_backend_picks_the_kernel_the_decompositions_record():
 
 def test_sdpa_backend_without_a_kernel_here_is_refused_with_the_reason():
     qkv = tuple(torch.randn(2, 4, 16, 8) for _ in range(3))
-    with pytest.raises(ExportError, match="--sdpa-backend cudnn: PyTorch has no cudnn attention kernel"):
+    with pytest.raises(NoAttentionKernel, match="--sdpa-backend cudnn: PyTorch has no cudnn attention kernel"):
         with exp.attention_backend("cudnn"):
             Attention()(*qkv)
 

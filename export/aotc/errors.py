@@ -15,6 +15,10 @@ class ExportError(AotcError):
     """torch.export could not capture the model; the message names the cause and the fix."""
 
 
+class NoAttentionKernel(ExportError):
+    """--sdpa-backend names an attention kernel PyTorch has none of for the model's attention inputs."""
+
+
 class CompileError(AotcError):
     """AOTInductor failed to compile the exported program."""
 

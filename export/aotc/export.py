@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 
-from aotc.errors import ExportError, ModelFileError
+from aotc.errors import ExportError, ModelFileError, NoAttentionKernel
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -98,7 +98,7 @@ def attention_backend(name: str | None):
     """scaled_dot_product_attention limited to one kernel (a key of SDPA_BACKENDS) for what runs inside: the
     eager reference, torch.export, and the decompositions of the graph report and of AOTInductor, which is
     where the kernel is picked. None: PyTorch's choice. A kernel that cannot take the model's attention
-    inputs is an ExportError that says so."""
+    inputs is a NoAttentionKernel (an ExportError) that says so."""
     if not name:
         yield
         return
@@ -110,9 +110,10 @@ def attention_backend(name: str | None):
             yield
     except Exception as e:
         if "No viable backend" in str(e) or "No available kernel" in str(e):
-            raise ExportError(f"--sdpa-backend {name}: PyTorch has no {name} attention kernel for this model's "
-                              f"attention inputs here (device, dtype or head size; torch {torch.__version__}); "
-                              f"leave the option out or pick another of {', '.join(SDPA_BACKENDS)}") from e
+            raise NoAttentionKernel(f"--sdpa-backend {name}: PyTorch has no {name} attention kernel for this "
+                                    f"model's attention inputs here (device, dtype or head size; torch "
+                                    f"{torch.__version__}); leave the option out or pick another of "
+                                    f"{', '.join(SDPA_BACKENDS)}") from e
         raise
 
 

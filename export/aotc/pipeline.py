@@ -15,7 +15,7 @@ import tempfile
 from aotc import compile as aoti
 from aotc import export as exp
 from aotc import package, parity, report
-from aotc.errors import ExportError, ParityError
+from aotc.errors import ExportError, NoAttentionKernel, ParityError
 from aotc.load_model import load_model_file
 
 DTYPE_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2)}
@@ -59,9 +59,8 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
         try:
             with attention_backend("flash"):
                 return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"))
-        except ExportError as e:
-            if not str(e).startswith("--sdpa-backend flash: PyTorch has no flash attention kernel"):
-                raise
+        except NoAttentionKernel:
+            pass
     with attention_backend(opts.sdpa_backend):
         return _export_model_file(spec, opts)
 

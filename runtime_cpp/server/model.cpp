@@ -1,8 +1,7 @@
 // Model (model.h): the one file of the server that includes ATen. Converts byte tensors to host at::Tensor
 // views (no copy), calls aotc::Session::run, and hands the outputs back as byte views of the output tensors
-// (no copy); also owns the intra-op
-// thread count (at::set_num_threads). Thread-safe as model.h says: no state beyond the Session, which is
-// thread-safe, and one process-wide atomic thread count.
+// (no copy); also owns the intra-op thread count (at::set_num_threads). Thread-safe as model.h says: no
+// state beyond the Session, which is thread-safe, and one process-wide atomic thread count.
 #include "model.h"
 
 #include <atomic>

@@ -84,9 +84,8 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
     // thread hand-offs (to a runner and back) of the queued path; requests that arrive meanwhile queue and
     // batch as usual. run_inline_when_idle false keeps the hand-off (for a model that runs in microseconds,
     // the requests that arrive during it are what its batches form from).
-    run_inline = runs_inline_when_idle() && queue_.empty() && busy_ == 0;
+    run_inline = runs_inline_when_idle() && queue_.empty() && all_idle();
     if (run_inline) {
-      ++busy_;
       instance_busy_[0] = 1;
       job->state.store(1);
     } else {
@@ -98,7 +97,6 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
     execute(0, jobs);
     std::lock_guard<std::mutex> lock(mu_);
     instance_busy_[0] = 0;
-    --busy_;
   }
   cv_.notify_all();
 
@@ -152,14 +150,13 @@ void Scheduler::runner_loop(size_t instance) {
     }
     auto jobs = take_batch(lock);
     if (jobs.empty()) continue;
-    ++busy_;
     instance_busy_[instance] = 1;
     lock.unlock();
     execute(instance, jobs);
     lock.lock();
     instance_busy_[instance] = 0;
-    // A runner holding a partial batch for the delay re-checks now: with busy_ back at 0 it sends at once.
-    if (--busy_ == 0) cv_.notify_all();
+    // A runner holding a partial batch for the delay re-checks now: with every instance idle it sends at once.
+    if (all_idle()) cv_.notify_all();
   }
 }
 
@@ -182,7 +179,7 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
     // every instance idle a wait would just add the delay to a lone request (concurrency 1).
     auto deadline = head->enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
     const auto& pref = config_.preferred_batch_sizes;
-    bool ready = available >= full || stop_ || busy_ == 0 || Clock::now() >= deadline ||
+    bool ready = available >= full || stop_ || all_idle() || Clock::now() >= deadline ||
                  std::find(pref.begin(), pref.end(), available) != pref.end();
     if (ready) break;
     cv_.wait_until(lock, deadline);

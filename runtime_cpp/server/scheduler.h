@@ -15,6 +15,7 @@
 // the runners.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -61,17 +62,21 @@ class Scheduler {
   void runner_loop(size_t instance);
   std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
   void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs);
+  bool all_idle() const {  // with mu_ held
+    return std::none_of(instance_busy_.begin(), instance_busy_.end(), [](char b) { return b != 0; });
+  }
 
   std::vector<Instance> instances_;
   ModelConfig config_;
   std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
 
-  mutable std::mutex mu_;  // guards queue_, stop_, busy_ and instance_busy_
+  mutable std::mutex mu_;  // guards queue_, stop_ and instance_busy_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
-  int busy_ = 0;  // instances executing a batch; batches wait for the delay only while this is > 0
-  std::vector<char> instance_busy_;  // per instance: executing (for its runner or for an inline request)
+  // Per instance: executing (for its runner or for an inline request). Batches wait for the delay only while
+  // one is; see all_idle().
+  std::vector<char> instance_busy_;
   std::vector<std::thread> runners_;
 
   mutable std::mutex stats_mu_;  // guards stats_

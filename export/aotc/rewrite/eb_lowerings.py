@@ -125,13 +125,19 @@ def segment_ids(offsets, num_ids, include_last_offset):
     return bag_clamped, inside
 
 
+def with_offsets(a: EbArgs) -> EbArgs:
+    """Fixed-length bags (ids [B, L]) as ids [N = B*L] with offsets [B]; jagged bags as they are."""
+    if a.indices.dim() != 2:
+        return a
+    b, length = a.indices.shape
+    offsets = torch.arange(0, b * length, length, device=a.indices.device, dtype=torch.int64)
+    psw = None if a.per_sample_weights is None else a.per_sample_weights.reshape(-1)
+    return EbArgs(a.weight, a.indices.reshape(-1), offsets, a.mode, psw, False, a.padding_idx)
+
+
 def jagged(a: EbArgs):
     """Touches only the useful rows: gather each id's row once, scatter-add it into its bag ([N] -> [B, D])."""
-    if a.indices.dim() == 2:
-        b, length = a.indices.shape
-        offsets = torch.arange(0, b * length, length, device=a.indices.device, dtype=torch.int64)
-        psw = None if a.per_sample_weights is None else a.per_sample_weights.reshape(-1)
-        a = EbArgs(a.weight, a.indices.reshape(-1), offsets, a.mode, psw, False, a.padding_idx)
+    a = with_offsets(a)
     n = a.indices.shape[0]
     num_bags = a.offsets.shape[0] - (1 if a.include_last_offset else 0)
     bag, inside = segment_ids(a.offsets, n, a.include_last_offset)
@@ -169,11 +175,7 @@ def aten_sum(a: EbArgs):
     """
     if not aten_sum_applies(a.mode, a.padding_idx):
         return reference(a)
-    if a.indices.dim() == 2:  # fixed-length bags: the [N] ids with offsets ATen's op takes
-        b, length = a.indices.shape
-        offsets = torch.arange(0, b * length, length, device=a.indices.device, dtype=torch.int64)
-        psw = None if a.per_sample_weights is None else a.per_sample_weights.reshape(-1)
-        a = EbArgs(a.weight, a.indices.reshape(-1), offsets, a.mode, psw, False, a.padding_idx)
+    a = with_offsets(a)  # the [N] ids with offsets ATen's op takes
     # weight [R, D], ids [N], offsets [B] or [B + 1] -> pooled sums [B, D]
     pooled = torch.ops.aten._embedding_bag(
         a.weight, a.indices, a.offsets, False, MODE_SUM, False, a.per_sample_weights, a.include_last_offset,
