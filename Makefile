@@ -9,7 +9,7 @@ VENV      := .venv
 PY        := $(VENV)/bin/python
 PIP       := $(PY) -m pip
 BUILD_DIR := build/py
-APT_PKGS  := libcpp-httplib-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
+APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
              pytest pytest-timeout hypothesis httpx matplotlib triton
 
@@ -18,7 +18,7 @@ PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'trito
 all: build
 
 # --- system packages (apt) -------------------------------------------------------------------------------
-$(VENV)/.apt-stamp:
+$(VENV)/.apt-stamp: Makefile
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \

@@ -298,7 +298,7 @@ void write_shape(Writer& w, const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::string write_infer_response(const InferResponse& r, size_t* json_length) {
+std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_length) {
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
@@ -325,16 +325,11 @@ std::string write_infer_response(const InferResponse& r, size_t* json_length) {
   }
   w.EndArray();
   w.EndObject();
-  size_t total = sb.GetSize();
+  std::vector<Bytes> pieces{Bytes(std::string(sb.GetString(), sb.GetSize()))};
+  *json_length = any_binary ? sb.GetSize() : std::string::npos;
   for (const auto& o : r.outputs)
-    if (o.binary) total += o.tensor.bytes.size();
-  std::string out;
-  out.reserve(total);  // one allocation: the blobs are the bulk of the answer
-  out.append(sb.GetString(), sb.GetSize());
-  *json_length = any_binary ? out.size() : std::string::npos;
-  for (const auto& o : r.outputs)
-    if (o.binary) out.append(o.tensor.bytes.data(), o.tensor.bytes.size());
-  return out;
+    if (o.binary) pieces.push_back(o.tensor.bytes);  // views of the output tensors: written to the socket as they are
+  return pieces;
 }
 
 ModelConfig parse_model_config(const std::string& text) {

@@ -20,8 +20,10 @@ constexpr int kMaxJsonDepth = 64;
 // Fills everything but `model`/`version`.
 InferRequest parse_infer_request(std::string_view body, size_t json_length);
 
-// Serializes a response; when any output is binary, *json_length is the JSON header's length (else npos).
-std::string write_infer_response(const InferResponse& response, size_t* json_length);
+// Serializes a response as the pieces of its body, in order: the JSON header, then each binary output's bytes
+// (views of the output tensors, not copies). *json_length is the JSON header's length when any output is
+// binary, else npos (the body is the JSON alone).
+std::vector<Bytes> write_infer_response(const InferResponse& response, size_t* json_length);
 
 // DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field.
 ModelConfig parse_model_config(const std::string& text);
