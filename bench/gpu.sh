@@ -22,6 +22,7 @@
 # AOTC_EB_GPU / AOTC_TEST_GPU (CUDA_VISIBLE_DEVICES for the embedding-bag benchmark / for `pytest -m cuda`:
 # on a two-GPU machine they can run side by side without sharing a GPU).
 # Stage phases: bench/server_phases.py on the MLP (batch 64) and BERT (batch 1, 8) packages.
+# Stage pacing: aotc-run on BERT (batch 1, 8) with idle gaps of 0, 200 and 1000 us between calls.
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
 # per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
 # Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
@@ -70,15 +71,10 @@ has_lib() { ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$1 .*x86-64"; }
 sys_lib() { ldconfig -p 2>/dev/null | awk -v n="$1" '$1==n && /x86-64/ {print $NF; exit}'; }
 deps() {
   rm -rf "$DEPS" "$SITE" && mkdir -p "$DEPS" "$SITE" "$BIN" "$PKGS"
-  local have_pkgconfig=no
-  command -v pkg-config >/dev/null && have_pkgconfig=yes
   for deb in .deb/*.deb; do
     case $(basename "$deb") in
       # run-time libraries: only where the machine lacks them (its own are newer and already loaded)
       libssl3_*) has_lib libssl.so.3 && continue ;;
-      libbrotli1_*) has_lib libbrotlidec.so.1 && continue ;;
-      # pkg-config itself: only where the machine has none
-      pkgconf*|libpkgconf*) [ $have_pkgconfig = yes ] && continue ;;
     esac
     dpkg -x "$deb" "$DEPS" || return 1
   done
@@ -230,10 +226,9 @@ env_report() {
     "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda",
       torch.version.cuda, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
     command -v nvcc && nvcc --version | tail -2; g++ --version | head -1; cmake --version | head -1
-    for l in libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libz.so.1; do echo "$l: $(sys_lib $l)"; done
-    for h in openssl/ssl.h zlib.h brotli/decode.h httplib.h rapidjson/document.h; do
+    for l in libssl.so.3 libcrypto.so.3 libz.so.1; do echo "$l: $(sys_lib $l)"; done
+    for h in openssl/ssl.h zlib.h boost/beast/http.hpp rapidjson/document.h; do
       [ -e /usr/include/$h ] && echo "system has $h" || echo "system lacks $h"; done
-    command -v pkg-config || echo "no pkg-config on the machine"
   } >>"$OUT/build.log" 2>&1
 }
 
@@ -306,9 +301,27 @@ phases() {
   "$PY" bench/server_phases.py --package "$PKGS/mlp.pt2" --batch 64 --out "$OUT/phases_mlp.md" || return 1
   "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch 1 8 --out "$OUT/phases_bert.md"
 }
+# pacing: aotc-run on BERT with idle gaps between calls (--gap-us), as a server's calls arrive at concurrency 1:
+# whether the model call itself slows when the machine idles between calls. Three rounds, interleaved.
+pacing() {
+  "$PY" -c "
+import numpy as np
+for b in (1, 8):
+    np.save('/tmp/aotc-ids-b%d.npy' % b, np.random.default_rng(b).integers(0, 1000, (b, 128)).astype(np.int64))"
+  local round b gap
+  for round in 1 2 3; do
+    for b in 1 8; do
+      for gap in 0 200 1000; do
+        echo "round $round batch $b gap_us $gap: $(aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b$b.npy --bench 2000 \
+          --warmup 200 --gap-us $gap | grep '^bench:')"
+      done
+    done
+  done
+}
 for s in $STAGES; do
   case $s in
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
+    pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
     check) stage check "$OUT/export.log" check_packages ;;
     test)
       [ -z "${AOTC_EB_GPU:-}" ] && wait_eb  # without a GPU of its own, the benchmark must not share one

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
     "mlp": ("models/mlp.py", [], "models/mlp.py", "model"),
     "bert_base": ("models/bert.py:bert_base", ["--dtype", "fp16"], "models/bert.py", "bert_base"),
+    "mlp_static6": ("models/mlp.py", ["--static-batches", "6"], "models/mlp.py", "model"),
 }
 AOTC = [sys.executable, "-c", "import sys; from aotc.cli import main; sys.exit(main())"]
 
@@ -167,6 +168,20 @@ def test_graph_replay_gives_the_direct_answer(package, monkeypatch):
     for seed, batch in enumerate([2, 7, 33, 2]):
         x = _inputs(m, batch, 100 + seed)
         _assert_close(with_graphs.run(x), without.run(x), m, f"mlp batch {batch}, graphs vs direct")
+
+
+@pytest.mark.parametrize("graphs", [True, False])
+def test_static_graph_runs_for_its_batch(package, eager, monkeypatch, graphs):
+    """A static graph at batch 6 (not a power of two): with CUDA graphs it becomes a bucket, so batch 5 pads
+    to it; without, only batch 6 runs it. Every batch matches eager either way."""
+    path = package("mlp_static6")
+    m = _manifest(path)
+    s = _session(path, monkeypatch, graphs)
+    expect = {5: "batch6" if graphs else "model", 6: "batch6", 7: "model", 2: "model"}
+    assert {n: s.graph_for_batch(n) for n in expect} == expect
+    for seed, n in enumerate(expect):
+        x = _inputs(m, n, 300 + seed)
+        _assert_close(s.run(x), _eager_outputs(eager("mlp", "float32"), x), m, f"batch {n} through {expect[n]}")
 
 
 def test_concurrent_runners_each_get_their_own_answer(package, eager, monkeypatch):

@@ -12,8 +12,8 @@ from torch import nn
 
 from aotc import export as exp
 from aotc import package, parity, report
-from aotc.errors import ExportError, NoAttentionKernel
-from aotc.load_model import load_model_file
+from aotc.errors import ExportError, ModelFileError, NoAttentionKernel
+from aotc.load_model import load_model_file, with_example_batch
 from aotc.pipeline import parse_dynamic_batch, tolerance_for
 from conftest import REPO
 
@@ -126,6 +126,43 @@ def test_npy_samples_are_v1_little_endian_and_bf16_keeps_its_bits():
 @pytest.mark.parametrize("text, expected", [("1:1024", (1, 1024)), ("8:8", (8, 8))])
 def test_parse_dynamic_batch(text, expected):
     assert parse_dynamic_batch(text) == expected
+
+
+def test_dynamic_batch_min_equal_max_makes_dim_0_static():
+    mf = load_model_file(str(REPO / "models" / "mlp.py"))
+    inputs = mf.example_inputs  # batch 64
+    assert exp.dynamic_shapes_for(mf, inputs, (64, 64)) == {"x": {0: None}}
+    ds = exp.dynamic_shapes_for(mf, inputs, (1, 128))
+    assert (ds["x"][0].min, ds["x"][0].max) == (1, 128)
+    with pytest.raises(ExportError, match="does not contain the example batch size 64"):
+        exp.dynamic_shapes_for(mf, inputs, (8, 8))
+
+
+def test_example_batch_repeats_rows_or_asks_the_file():
+    mlp = load_model_file(str(REPO / "models" / "mlp.py"))  # no make_inputs(): the 64 example rows repeated
+    (x,) = with_example_batch(mlp, 150).example_inputs
+    assert x.shape == (150, 512)
+    assert torch.equal(x[:64], mlp.example_inputs[0]) and torch.equal(x[64:128], mlp.example_inputs[0])
+    assert torch.equal(x[128:], mlp.example_inputs[0][:22])
+    bert = load_model_file(str(REPO / "models" / "bert.py"))  # has make_inputs(batch)
+    assert [tuple(t.shape) for t in with_example_batch(bert, 8).example_inputs] == \
+        [tuple(t.shape) for t in bert.make_inputs(8)]
+    assert bert.example_inputs[0].shape[0] == 4  # the original is left alone
+
+
+def test_example_batch_refusals(tmp_path):
+    mlp = load_model_file(str(REPO / "models" / "mlp.py"))
+    with pytest.raises(ModelFileError, match=r"outside its Dim range \[1, 1024\]"):
+        with_example_batch(mlp, 2000)
+    f = tmp_path / "two.py"
+    f.write_text("import torch\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def forward(self, a, b):\n"
+                 "        return a.sum() + b.sum()\n"
+                 "def model():\n    return M()\n"
+                 "def example_inputs():\n    return (torch.ones(2, 3), torch.ones(5, 3))\n")
+    with pytest.raises(ModelFileError, match="make_inputs"):
+        with_example_batch(load_model_file(str(f)), 8)
 
 
 @pytest.mark.parametrize("text", ["8", "0:4", "9:3", "a:b", ":"])

@@ -14,6 +14,20 @@ import sys
 EMBEDDING_BAG_CHOICES = ("auto", "decompose", "jagged", "triton", "aten_sum", "aten")
 
 
+def positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
+
+
+def size_list(text: str) -> list[int]:
+    return [positive_int(t) for t in text.split(",")]
+
+
 def _add_export(sub) -> None:
     p = sub.add_parser("export", help="export a model file to a verified AOTInductor .pt2 package",
                        description="Run the model eagerly, torch.export it, compile it with AOTInductor, write "
@@ -26,6 +40,13 @@ def _add_export(sub) -> None:
                    help="cast the model and its float inputs to this dtype")
     p.add_argument("--dynamic-batch", metavar="MIN:MAX", help="make dim 0 of every input a batch dim in "
                    "[MIN, MAX] (overrides the file's dynamic_shapes() for dim 0)")
+    p.add_argument("--static-batches", type=size_list, metavar="N,N,...",
+                   help="also compile a graph with a static batch of each size into the package; the C++ "
+                        "runtime runs it for calls of that batch (with CUDA graphs: for that bucket). Each "
+                        "graph carries its own copy of the weights")
+    p.add_argument("--example-batch", type=positive_int, metavar="N",
+                   help="trace and tune at batch N: example inputs from the file's make_inputs(N), else its "
+                        "example rows repeated (Inductor picks kernel launch configs for the example's sizes)")
     p.add_argument("--max-autotune", action="store_true", help="let Inductor benchmark kernel choices (slow)")
     p.add_argument("--freezing", choices=("on", "off"), help="fold the weights into the graph as constants "
                    "(default: on for cpu, off for cuda, as measured in docs/benchmarks.md)")

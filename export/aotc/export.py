@@ -64,7 +64,8 @@ def flatten_outputs(out, path: str = "model") -> tuple:
 
 
 def dynamic_shapes_for(mf, inputs, dynamic_batch: tuple[int, int] | None):
-    """The file's dynamic_shapes, with `--dynamic-batch MIN:MAX` (if given) put on dim 0 of every input."""
+    """The file's dynamic_shapes, with `--dynamic-batch MIN:MAX` (if given) put on dim 0 of every input;
+    MIN == MAX makes dim 0 static."""
     import torch
 
     if dynamic_batch is None:
@@ -78,7 +79,8 @@ def dynamic_shapes_for(mf, inputs, dynamic_batch: tuple[int, int] | None):
     if not lo <= size <= hi:
         raise ExportError(f"--dynamic-batch {lo}:{hi} does not contain the example batch size {size}; "
                           f"widen the range or change example_inputs()")
-    batch = torch.export.Dim("batch", min=lo, max=hi)
+    # MIN == MAX: a static batch of that size (torch.export.Dim refuses min == max)
+    batch = torch.export.Dim("batch", min=lo, max=hi) if lo < hi else None
     base = mf.dynamic_shapes
     out = {}
     for i, name in enumerate(mf.input_names):

@@ -121,6 +121,29 @@ def load_model_file(spec: str) -> ModelFile:
     return mf
 
 
+def with_example_batch(mf: ModelFile, batch: int) -> ModelFile:
+    """mf with its example inputs at batch size `batch` (`aotc export --example-batch`): the file's
+    make_inputs(batch) where it has one, else the example rows repeated (every input must share dim 0).
+    torch.export traces and Inductor tunes for the example's sizes, so this is the batch the package is
+    tuned for. Raises ModelFileError when the inputs cannot be resized or fall outside dynamic_shapes()."""
+    inputs = mf.make_inputs(batch)
+    if inputs is None:
+        sizes = {x.shape[0] if x.dim() else None for x in mf.example_inputs}
+        if len(sizes) != 1 or None in sizes:
+            raise ModelFileError(f"{mf.path}: --example-batch needs a make_inputs(batch) function or inputs that "
+                                 f"share dim 0, got shapes {[list(x.shape) for x in mf.example_inputs]}")
+        rows = sizes.pop()
+        reps = -(-batch // rows)
+        inputs = tuple(x.repeat(reps, *[1] * (x.dim() - 1))[:batch].clone() for x in mf.example_inputs)
+    if len(inputs) != len(mf.example_inputs):
+        raise ModelFileError(f"{mf.path}: make_inputs({batch}) returned {len(inputs)} inputs, example_inputs() "
+                             f"{len(mf.example_inputs)}")
+    out = dataclasses.replace(mf, example_inputs=inputs)
+    if out.dynamic_shapes is not None:
+        _check_dynamic_shapes(out, out.dynamic_shapes)
+    return out
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__

@@ -125,8 +125,9 @@ class Runner:
         return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def load_package(path: str, device_index: int | None = None, verify: bool = True) -> Runner:
-    """Verifies and loads an aotc package; returns a Runner. Raises PackageError when it cannot run here."""
+def load_package(path: str, device_index: int | None = None, verify: bool = True, graph: str = "model") -> Runner:
+    """Verifies and loads an aotc package; returns a Runner of one of its graphs ("model", the one with the
+    dynamic batch, or a name from the manifest's static_graphs). Raises PackageError when it cannot run here."""
     manifest = read_manifest(path)
     if verify:
         verify_hashes(path, manifest)
@@ -139,7 +140,9 @@ def load_package(path: str, device_index: int | None = None, verify: bool = True
     import torch
 
     try:
-        compiled = torch._inductor.aoti_load_package(path, device_index=-1 if device_index is None else device_index)
+        from torch._inductor.package import load_package as load_aoti
+
+        compiled = load_aoti(path, model_name=graph, device_index=-1 if device_index is None else device_index)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PackageError(f"{path}: loading the compiled model failed: {first[:300]}") from e

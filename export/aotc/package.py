@@ -19,11 +19,13 @@ import tempfile
 
 import aotc
 from aotc.compile import MANIFEST_KEY
+from aotc.errors import PackageError
 
 FORMAT = "aotc/1"
 INT64_MAX = 2**63 - 1
 SAMPLE_DIR = "aotc"  # not extra/: torch's Python loader decodes every extra/ file as UTF-8 text
 _SYSTEM_RECORDS = {".data/version", ".data/serialization_id"}  # the writer adds its own
+_MODEL_DIR = "data/aotinductor/model/"  # where AOTInductor puts the one model it compiles
 
 
 def dtype_name(dtype) -> str:
@@ -113,7 +115,7 @@ def sample_files(samples: list[tuple[tuple, tuple]]) -> tuple[list[dict], dict[s
 
 
 def build_manifest(*, name, device, cpu_isa, cuda_arch, inputs, outputs, batch, compile_options,
-                   rewrites, fallback_ops, tolerance, samples) -> dict:
+                   rewrites, fallback_ops, tolerance, samples, static_graphs=()) -> dict:
     import torch
 
     return {
@@ -134,18 +136,31 @@ def build_manifest(*, name, device, cpu_isa, cuda_arch, inputs, outputs, batch, 
         "tolerance": tolerance,
         "files_sha256": {},
         "samples": samples,
+        # [{"batch": N, "graph": AOTI model name}]: graphs compiled with dim 0 static at N, beside "model"
+        "static_graphs": list(static_graphs),
     }
 
 
-def finalize(compiled_path: str, out_path: str, manifest: dict, extra_files: dict[str, bytes]) -> dict:
+def finalize(compiled_path: str, out_path: str, manifest: dict, extra_files: dict[str, bytes],
+             static_compiled: dict[str, str] | None = None) -> dict:
     """Writes `out_path`: the compiled archive + samples, every *_metadata.json carrying the final manifest
-    (files_sha256 filled in). Returns that manifest."""
+    (files_sha256 filled in). `static_compiled` ({graph name: compiled archive}) adds more graphs, each
+    archive's model moved to data/aotinductor/<graph name>/. Returns that manifest."""
     import torch
     from torch.export.pt2_archive import PT2ArchiveWriter
 
     reader = torch._C.PyTorchFileReader(compiled_path)
     records = [r for r in reader.get_all_records() if r not in _SYSTEM_RECORDS]
     contents = {r: reader.get_record(r) for r in records}
+    for graph, path in (static_compiled or {}).items():
+        other = torch._C.PyTorchFileReader(path)
+        for r in other.get_all_records():
+            if r in _SYSTEM_RECORDS or (r in contents and contents[r] == other.get_record(r)):
+                continue  # the writer's own records, and the archive's format records both archives share
+            if not r.startswith(_MODEL_DIR):
+                raise PackageError(f"{path}: record '{r}' is outside {_MODEL_DIR}; cannot merge it as graph '{graph}'")
+            contents[f"data/aotinductor/{graph}/{r[len(_MODEL_DIR):]}"] = other.get_record(r)
+    records = list(contents)
     manifest = dict(manifest)
     manifest["files_sha256"] = {r: hashlib.sha256(b).hexdigest() for r, b in sorted(contents.items())
                                 if r.endswith(".so")}

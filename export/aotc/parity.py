@@ -154,13 +154,24 @@ def compare(got, want, tol: dict) -> dict:
     return {"max_abs": max_abs, "max_rel": max_rel, "ok": ok}
 
 
+def static_case(graph: dict, inputs, ref) -> dict:
+    """The parity case of a static graph ({"batch", "graph"} of the manifest's static_graphs): run through
+    that graph, and kept as a sample for the runtime's self-check."""
+    return dict(_case(f"static graph {graph['graph']}", inputs, ref, sample=True), graph=graph["graph"])
+
+
 def check(path: str, cases: list[dict], tol: dict, device: str) -> list[dict]:
-    """Loads the package and compares it with eager on every case."""
+    """Loads the package and compares it with eager on every case, each through its graph ("model" unless
+    the case names a static graph)."""
     from aotc.loader import load_package
 
-    runner = load_package(path)
+    runners = {}
     results = []
     for case in cases:
+        graph = case.get("graph", "model")
+        if graph not in runners:
+            runners[graph] = load_package(path, graph=graph)
+        runner = runners[graph]
         outs = runner(*case["inputs"])
         errors = {name: compare(o, r, tol) for name, o, r in zip(runner.output_names, outs, case["ref"])}
         ok = len(outs) == len(case["ref"]) and all(e["ok"] for e in errors.values())

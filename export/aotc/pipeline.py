@@ -16,7 +16,7 @@ from aotc import compile as aoti
 from aotc import export as exp
 from aotc import package, parity, report
 from aotc.errors import ExportError, NoAttentionKernel, ParityError
-from aotc.load_model import load_model_file
+from aotc.load_model import load_model_file, with_example_batch
 
 DTYPE_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2)}
 
@@ -27,6 +27,8 @@ class ExportOptions:
     device: str = "cpu"
     dtype: str = "fp32"
     dynamic_batch: tuple[int, int] | None = None
+    example_batch: int | None = None  # trace and tune at this batch size (load_model.with_example_batch)
+    static_batches: tuple[int, ...] = ()  # also compile a graph with dim 0 static at each of these sizes
     max_autotune: bool = False
     freezing: bool | None = None  # None: compile.DEVICE_DEFAULTS
     inductor_extra: dict = dataclasses.field(default_factory=dict)  # --inductor-config KEY=VALUE, applied last
@@ -72,10 +74,12 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise ExportError("--device cuda asked for, but this machine has no usable CUDA device; use --device cpu")
-    prog = report.Progress(7, quiet=opts.quiet)
+    prog = report.Progress(7 + len(set(opts.static_batches)), quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
         mf = load_model_file(spec)
+        if opts.example_batch is not None:
+            mf = with_example_batch(mf, opts.example_batch)
         name = opts.name or mf.default_name
         out = opts.out or os.path.join(".cache", "pkgs", f"{name}.pt2")
         if not out.endswith(".pt2"):
@@ -101,6 +105,10 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
         cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
+    static = static_graph_plan(opts.static_batches, batch)
+    for g in static:  # each static graph's parity case is also a sample, so aotc-run's self-check runs it
+        _, inputs_s = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
+        cases.append(parity.static_case(g, inputs_s, exp.eager_outputs(model, inputs_s, mf)))
 
     samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
     sample_entries, sample_bytes = package.sample_files(samples)
@@ -115,7 +123,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         name=name, device=opts.device, cpu_isa=aoti.cpu_isa() if opts.device == "cpu" else "",
         cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
         batch=batch, compile_options=compile_options, rewrites=rewrites, fallback_ops=graph["fallback_ops"],
-        tolerance=tol, samples=sample_entries)
+        tolerance=tol, samples=sample_entries, static_graphs=static)
 
     out_dir = os.path.dirname(os.path.abspath(out))
     os.makedirs(out_dir, exist_ok=True)
@@ -125,12 +133,18 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
             configs = aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest), opts.freezing,
                                             opts.inductor_extra)
             compile_s = aoti.compile_package(ep, compiled, configs)
+        static_compiled = {}
+        for g in static:
+            with prog.stage(f"AOTInductor compile, static batch {g['batch']}"):
+                ep_s = _static_program(mf, model, g["batch"], rewrites, opts)
+                static_compiled[g["graph"]] = os.path.join(tmp, f"{g['graph']}.pt2")
+                compile_s += aoti.compile_package(ep_s, static_compiled[g["graph"]], configs)
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
             if report.python_ops_in_wrapper(_wrapper_sources(compiled)) and not opts.allow_python_ops:
                 raise ExportError(_python_ops_message(graph["python_ops"] + graph["aten_without_c_shim"]
                                                      or ["an op without a C shim"]))
-            manifest = package.finalize(compiled, out, manifest, sample_bytes)
+            manifest = package.finalize(compiled, out, manifest, sample_bytes, static_compiled)
             size = os.path.getsize(out)
             note["text"] = f"{size / 1e6:.1f} MB"
 
@@ -139,6 +153,32 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         note["text"] = f"{sum(r['ok'] for r in results)}/{len(results)} cases within tolerance"
     return {"path": out, "manifest": manifest, "graph": graph, "compile_s": compile_s, "size_bytes": size,
             "parity": results}
+
+
+def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
+    """[{"batch": size, "graph": AOTI model name}] for `--static-batches`; the manifest's 'static_graphs'.
+    Raises ExportError when the package has no batch dim or a size is outside it."""
+    if not sizes:
+        return []
+    if batch is None:
+        raise ExportError(f"--static-batches {','.join(map(str, sizes))}: the model has no dynamic batch dim to "
+                          f"specialize; give it one (dynamic_shapes() or --dynamic-batch) or drop the flag")
+    outside = [n for n in sizes if not batch["min"] <= n <= batch["max"]]
+    if outside:
+        raise ExportError(f"--static-batches: {outside} outside the batch range [{batch['min']}, {batch['max']}]")
+    return [{"batch": n, "graph": f"batch{n}"} for n in sorted(set(sizes))]
+
+
+def _static_program(mf, model, size: int, rewrites: dict, opts):
+    """The model exported again with dim 0 static at `size`, rewritten as the main graph was (the same
+    embedding-bag lowering, not measured again)."""
+    mf_s = with_example_batch(mf, size)
+    _, inputs = exp.prepare(mf_s, opts.device, opts.dtype)
+    ds = exp.dynamic_shapes_for(mf_s, inputs, (size, size))
+    ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose)
+    lowering = rewrites.get("embedding_bag", {}).get("lowering", opts.embedding_bag)
+    ep, _ = _rewrite(ep, inputs, dataclasses.replace(opts, embedding_bag=lowering))
+    return ep
 
 
 def _rewrite(ep, inputs, opts):
@@ -205,7 +245,10 @@ def main(args) -> int:
 
         torch._logging.set_logs(all=logging.ERROR)  # dynamo/inductor warnings are for torch developers
     opts = ExportOptions(out=args.output, device=args.device, dtype=args.dtype,
-                         dynamic_batch=parse_dynamic_batch(args.dynamic_batch), max_autotune=args.max_autotune,
+                         dynamic_batch=parse_dynamic_batch(args.dynamic_batch),
+                         example_batch=getattr(args, "example_batch", None),
+                         static_batches=tuple(getattr(args, "static_batches", None) or ()),
+                         max_autotune=args.max_autotune,
                          freezing={"on": True, "off": False}.get(getattr(args, "freezing", None)),
                          inductor_extra=parse_inductor_configs(getattr(args, "inductor_config", None) or []),
                          strict=args.strict, sdpa_backend=getattr(args, "sdpa_backend", None), name=args.name,

@@ -88,6 +88,11 @@ class Session:
         """The checks run() makes, without running. Raises InputError."""
         _call(self._impl.validate, self._ordered(inputs))
 
+    def graph_for_batch(self, batch: int) -> str:
+        """The package graph a call of `batch` rows runs: a static graph's name (`aotc export
+        --static-batches`) where one matches, else "model"."""
+        return _call(self._impl.graph_for_batch, batch)
+
     def samples(self) -> list[tuple[list, list]]:
         """The package's stored samples: [(inputs, eager_outputs), ...] as numpy arrays."""
         return [(list(i), list(o)) for i, o in _call(self._impl.load_samples)]

@@ -160,6 +160,7 @@ class PySession {
     session_->validate(to_tensors(arrays, keep));
   }
 
+  std::string graph_for_batch(int64_t batch) const { return session_->graph_for_batch(batch); }
   py::list load_samples() const {
     py::list out;
     for (const auto& [ins, outs] : session_->load_samples()) out.append(py::make_tuple(to_list(ins), to_list(outs)));
@@ -197,6 +198,8 @@ PYBIND11_MODULE(_runtime, m) {
       .def("run", &PySession::run, py::arg("inputs"), "Validate and run; list of ndarrays in, list out.")
       .def("validate", &PySession::validate, py::arg("inputs"), "The checks run() does, without running.")
       .def("load_samples", &PySession::load_samples, "Stored samples: [(inputs, eager_outputs), ...].")
+      .def("graph_for_batch", &PySession::graph_for_batch, py::arg("batch"),
+           "The package graph a call of this batch runs: a static graph's name, else 'model'.")
       .def_property_readonly("manifest_json", &PySession::manifest_json)
       .def_property_readonly("path", &PySession::path);
 

@@ -128,21 +128,30 @@ CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& mani
   device_index_ = options.device_index < 0 ? c10::cuda::current_device() : options.device_index;
   const char* env = std::getenv("AOTC_CUDA_GRAPHS");  // "0": off for every session of the process
   graphs_ = options.graphs && !(env && std::string(env) == "0") && shapes_allow_graphs(manifest);
-  if (graphs_ && manifest.batch) buckets_ = batch_buckets(manifest.batch->first, manifest.batch->second);
+  if (graphs_ && manifest.batch) {
+    buckets_ = batch_buckets(manifest.batch->first, manifest.batch->second);
+    for (const auto& [batch, graph] : manifest.static_graphs) buckets_.push_back(batch);
+    std::sort(buckets_.begin(), buckets_.end());
+    buckets_.erase(std::unique(buckets_.begin(), buckets_.end()), buckets_.end());
+  }
   const size_t n = std::max<size_t>(1, options.num_runners);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index_));
-  try {
-    // With graphs the model runs single-threaded (one model instance, no CUDA events): runners share it
-    // only for warm-up and capture, under loader_mu_. Without graphs the loader keeps n model instances.
-    loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        package_path, "model", /*run_single_threaded=*/graphs_, graphs_ ? 1 : n,
-        static_cast<c10::DeviceIndex>(device_index_));
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    msg = msg.substr(0, msg.find('\n'));
-    throw Error(Error::Kind::PackageRefused, "the AOTInductor loader failed on CUDA device " +
-                                                 std::to_string(device_index_) + ": " + msg);
-  }
+  auto load = [&](const std::string& graph) {
+    try {
+      // With graphs the model runs single-threaded (one model instance, no CUDA events): runners share it
+      // only for warm-up and capture, under loader_mu_. Without graphs the loader keeps n model instances.
+      return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          package_path, graph, /*run_single_threaded=*/graphs_, graphs_ ? 1 : n,
+          static_cast<c10::DeviceIndex>(device_index_));
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      msg = msg.substr(0, msg.find('\n'));
+      throw Error(Error::Kind::PackageRefused, "the AOTInductor loader failed on graph '" + graph +
+                                                   "' on CUDA device " + std::to_string(device_index_) + ": " + msg);
+    }
+  };
+  loader_ = load("model");
+  for (const auto& [batch, graph] : manifest.static_graphs) static_loaders_[batch] = load(graph);
   for (size_t i = 0; i < n; ++i) {
     runners_.push_back(std::make_unique<Runner>(
         c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index_))));
@@ -153,7 +162,28 @@ CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& mani
 CudaExecutor::~CudaExecutor() {
   // Graphs and their pools go before the loader whose constants they read.
   runners_.clear();
+  static_loaders_.clear();
   loader_.reset();
+}
+
+int64_t CudaExecutor::bucket_for(int64_t batch) const {
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), batch);
+  if (it == buckets_.end()) {
+    throw Error(Error::Kind::InvalidInput, "batch " + std::to_string(batch) + " is above the package's maximum " +
+                                               std::to_string(buckets_.back()));
+  }
+  return *it;
+}
+
+torch::inductor::AOTIModelPackageLoader& CudaExecutor::loader_for(int64_t batch) {
+  auto it = static_loaders_.find(batch);
+  return it != static_loaders_.end() ? *it->second : *loader_;
+}
+
+std::string CudaExecutor::graph_name(int64_t batch) const {
+  if (graphs_ && manifest_.batch) batch = bucket_for(batch);
+  auto it = manifest_.static_graphs.find(batch);
+  return it != manifest_.static_graphs.end() ? it->second : "model";
 }
 
 CudaExecutor::Runner& CudaExecutor::acquire() {
@@ -216,7 +246,8 @@ std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vecto
     }
     dev.push_back(pinned.to(device, /*non_blocking=*/true));
   }
-  std::vector<at::Tensor> outs = loader_->run(dev, runner.stream.stream());
+  auto& loader = manifest_.batch ? loader_for(inputs.at(0).size(0)) : *loader_;
+  std::vector<at::Tensor> outs = loader.run(dev, runner.stream.stream());
   if (!device_io) {
     for (auto& o : outs) o = to_host_async(o);
   }
@@ -237,16 +268,17 @@ CudaExecutor::Graph& CudaExecutor::graph_for(Runner& runner, int64_t bucket) {
     g->static_inputs.push_back(at::zeros(shape, dev_opts.dtype(dtype)));
     g->staging.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(true)));
   }
+  auto& loader = bucket >= 0 ? loader_for(bucket) : *loader_;
   {
     std::lock_guard<std::mutex> lk(loader_mu_);
     // Warm-up at this shape on the capture stream: lazy kernel loading and library workspaces happen
     // here, outside the capture.
-    loader_->run(g->static_inputs, runner.stream.stream());
+    loader.run(g->static_inputs, runner.stream.stream());
     runner.stream.synchronize();
     // Thread-local mode: other runners' threads may keep working (and allocating) during this capture.
     g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
-      g->static_outputs = loader_->run(g->static_inputs, runner.stream.stream());
+      g->static_outputs = loader.run(g->static_inputs, runner.stream.stream());
     } catch (...) {
       try {
         g->graph.capture_end();
@@ -262,15 +294,7 @@ CudaExecutor::Graph& CudaExecutor::graph_for(Runner& runner, int64_t bucket) {
 std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vector<at::Tensor>& inputs) {
   const bool batched = manifest_.batch.has_value();
   const int64_t n = batched ? inputs.at(0).size(0) : -1;
-  int64_t bucket = -1;
-  if (batched) {
-    auto it = std::lower_bound(buckets_.begin(), buckets_.end(), n);
-    if (it == buckets_.end()) {
-      throw Error(Error::Kind::InvalidInput, "batch " + std::to_string(n) + " is above the package's maximum " +
-                                                 std::to_string(buckets_.back()));
-    }
-    bucket = *it;
-  }
+  const int64_t bucket = batched ? bucket_for(n) : -1;
   Graph& g = graph_for(runner, bucket);
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor dst = batched ? g.static_inputs[i].narrow(0, 0, n) : g.static_inputs[i];

@@ -14,6 +14,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -59,9 +60,13 @@ class CudaExecutor {
   // Runs validated, contiguous inputs (all on the host, or all on this executor's device).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs);
 
-  // Batch buckets graphs are captured for; empty when graphs are off or the shapes do not allow them
-  // (a dynamic dim other than the shared batch dim). With graphs on and no batch dim, one graph is used.
+  // Batch buckets graphs are captured for (the powers of two up to the maximum batch, and every static
+  // graph's batch); empty when graphs are off or the shapes do not allow them (a dynamic dim other than the
+  // shared batch dim). With graphs on and no batch dim, one graph is used.
   const std::vector<int64_t>& buckets() const { return buckets_; }
+  // The package graph a call of `batch` runs: a static graph's name where one matches the batch (with CUDA
+  // graphs: the bucket the batch pads to), else "model".
+  std::string graph_name(int64_t batch) const;
   bool graphs_enabled() const { return graphs_; }
   int device_index() const { return device_index_; }
 
@@ -73,6 +78,8 @@ class CudaExecutor {
   std::vector<at::Tensor> run_eager(Runner& runner, const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> run_graph(Runner& runner, const std::vector<at::Tensor>& inputs);
   Graph& graph_for(Runner& runner, int64_t bucket);
+  int64_t bucket_for(int64_t batch) const;
+  torch::inductor::AOTIModelPackageLoader& loader_for(int64_t batch);
 
   Manifest manifest_;
   int device_index_ = 0;
@@ -81,6 +88,7 @@ class CudaExecutor {
   // With graphs on, the loader runs single-threaded (no per-call CUDA events, which a capture forbids);
   // every call into it (warm-up and capture) holds loader_mu_. Replays never touch the loader.
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
+  std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> static_loaders_;  // by batch
   std::mutex loader_mu_;
   std::vector<std::unique_ptr<Runner>> runners_;
   std::vector<Runner*> free_;

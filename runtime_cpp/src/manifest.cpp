@@ -135,6 +135,23 @@ Manifest parse_manifest(const std::string& json) {
     if (lo < 0 || hi < lo) refuse("batch [" + std::to_string(lo) + ", " + std::to_string(hi) + "] is empty");
     m.batch = std::make_pair(lo, hi);
   }
+  auto statics = doc.FindMember("static_graphs");
+  if (statics != doc.MemberEnd()) {
+    const Value& list = statics->value;
+    if (!list.IsArray()) refuse("'static_graphs' must be an array");
+    for (rapidjson::SizeType i = 0; i < list.Size(); ++i) {
+      const std::string at = "static_graphs[" + std::to_string(i) + "]: ";
+      if (!list[i].IsObject()) refuse(at + "must be an object");
+      int64_t n = as_int(member(list[i], "batch", at), "static_graphs.batch");
+      const Value& graph = member(list[i], "graph", at);
+      std::string name = graph.IsString() ? std::string(graph.GetString(), graph.GetStringLength()) : "";
+      if (name.empty() || name == "model" || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+        refuse(at + "'graph' must be a name of lower-case letters, digits and '_', other than 'model'");
+      if (!m.batch || n < m.batch->first || n > m.batch->second)
+        refuse(at + "batch " + std::to_string(n) + " is outside the package's batch range");
+      if (!m.static_graphs.emplace(n, name).second) refuse(at + "batch " + std::to_string(n) + " is listed twice");
+    }
+  }
   const Value& tol = member(doc, "tolerance", "");
   if (!tol.IsObject()) refuse("'tolerance' must be an object");
   m.atol = get_number(tol, "atol", "tolerance: ");

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -86,6 +87,8 @@ struct Session::Impl {
   Manifest manifest;
   c10::Device device = c10::kCPU;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  // manifest.static_graphs, loaded: a call whose batch is one of these sizes runs that graph
+  std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> static_loaders;
 #ifdef AOTC_WITH_CUDA
   std::unique_ptr<cuda::CudaExecutor> cuda;  // set instead of `loader` for a CUDA package
 #endif
@@ -141,16 +144,20 @@ std::unique_ptr<Session> Session::open(const std::string& package_path, const Se
     return s;
   }
 #endif
-  try {
-    s->impl_->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        load_path, "model", /*run_single_threaded=*/false, options.num_runners,
-        // device_index names a CUDA device: the CPU runner refuses any index but -1.
-        static_cast<c10::DeviceIndex>(s->impl_->manifest.device == "cuda" ? options.device_index : -1));
-  } catch (const c10::Error& e) {
-    refuse(package_path, "the AOTInductor loader failed: " + first_line(e.msg()));
-  } catch (const std::exception& e) {
-    refuse(package_path, std::string("the AOTInductor loader failed: ") + first_line(e.what()));
-  }
+  auto load = [&](const std::string& graph) {
+    try {
+      return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          load_path, graph, /*run_single_threaded=*/false, options.num_runners,
+          // device_index names a CUDA device: the CPU runner refuses any index but -1.
+          static_cast<c10::DeviceIndex>(s->impl_->manifest.device == "cuda" ? options.device_index : -1));
+    } catch (const c10::Error& e) {
+      refuse(package_path, "the AOTInductor loader failed on graph '" + graph + "': " + first_line(e.msg()));
+    } catch (const std::exception& e) {
+      refuse(package_path, "the AOTInductor loader failed on graph '" + graph + "': " + first_line(e.what()));
+    }
+  };
+  s->impl_->loader = load("model");
+  for (const auto& [batch, graph] : s->impl_->manifest.static_graphs) s->impl_->static_loaders[batch] = load(graph);
   return s;
 }
 
@@ -179,7 +186,11 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) cons
     if (impl_->cuda) outputs = impl_->cuda->run(prepared);
     else
 #endif
-    outputs = impl_->loader->run(prepared);
+    {
+      // the graph graph_for_batch() names
+      auto it = impl_->manifest.batch ? impl_->static_loaders.find(prepared.at(0).size(0)) : impl_->static_loaders.end();
+      outputs = (it != impl_->static_loaders.end() ? it->second : impl_->loader)->run(prepared);
+    }
   } catch (const Error&) {
     throw;
   } catch (const c10::Error& e) {
@@ -200,6 +211,14 @@ std::vector<int64_t> Session::cuda_graph_buckets() const {
   if (impl_->cuda && impl_->cuda->graphs_enabled()) return impl_->cuda->buckets();
 #endif
   return {};
+}
+
+std::string Session::graph_for_batch(int64_t batch) const {
+#ifdef AOTC_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->graph_name(batch);
+#endif
+  auto it = impl_->manifest.static_graphs.find(batch);
+  return it != impl_->manifest.static_graphs.end() ? it->second : "model";
 }
 
 std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> Session::load_samples() const {

@@ -28,6 +28,8 @@ constexpr const char* kUsage =
     "  --bench N   time N calls; print p50/p90/p99 latency and throughput\n"
     "  --threads T run the benchmark on T threads (and T model runners); default 1\n"
     "  --warmup W  untimed calls before timing; default 10\n"
+    "  --gap-us G  sleep G microseconds after each timed call (untimed): calls paced like a server's\n"
+    "              requests, with the machine idle in between; default 0 (back to back)\n"
     "  --no-cuda-graphs  CUDA package: run the model directly instead of replaying captured CUDA graphs\n"
     "  --device-inputs   CUDA package: inputs start on the GPU and outputs stay there (no host copies), as\n"
     "                    torch.compile is usually timed; default: host to host, as a server sees them\n";
@@ -39,6 +41,7 @@ struct Args {
   size_t bench = 0;
   size_t threads = 1;
   size_t warmup = 10;
+  size_t gap_us = 0;
   bool device_inputs = false;
   bool cuda_graphs = true;
 };
@@ -78,6 +81,9 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--warmup") {
       a.warmup = parse_count(arg, next, 0);
       ++i;
+    } else if (arg == "--gap-us") {
+      a.gap_us = parse_count(arg, next, 0);
+      ++i;
     } else if (arg == "--no-cuda-graphs") {
       a.cuda_graphs = false;
     } else if (arg == "--device-inputs") {
@@ -101,12 +107,16 @@ bool self_check(const aotc::Session& session) {
   auto samples = session.load_samples();
   for (size_t s = 0; s < samples.size(); ++s) {
     auto outputs = session.run(samples[s].first);
+    // which graph ran, where the package has more than one
+    std::string graph = m.static_graphs.empty() || !m.batch
+                            ? ""
+                            : " (graph " + session.graph_for_batch(samples[s].first.at(0).size(0)) + ")";
     for (size_t o = 0; o < outputs.size(); ++o) {
       auto c = aotc::compare(outputs[o], samples[s].second[o], m.atol, m.rtol);
       all_ok = all_ok && c.ok;
-      std::printf("sample %zu output '%s': %s  max_abs %.3g  max_rel %.3g  (atol %g, rtol %g)%s%s\n", s,
-                  m.outputs[o].name.c_str(), c.ok ? "ok      " : "MISMATCH", c.max_abs, c.max_rel, m.atol, m.rtol,
-                  c.mismatch.empty() ? "" : "  ", c.mismatch.c_str());
+      std::printf("sample %zu%s output '%s': %s  max_abs %.3g  max_rel %.3g  (atol %g, rtol %g)%s%s\n", s,
+                  graph.c_str(), m.outputs[o].name.c_str(), c.ok ? "ok      " : "MISMATCH", c.max_abs, c.max_rel,
+                  m.atol, m.rtol, c.mismatch.empty() ? "" : "  ", c.mismatch.c_str());
     }
   }
   return all_ok;
@@ -153,7 +163,7 @@ int run_main(const Args& args) {
       const int index = options.device_index < 0 ? 0 : options.device_index;
       for (auto& x : inputs) x = x.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index)));
     }
-    auto r = aotc::bench(*session, inputs, args.bench, args.threads, args.warmup);
+    auto r = aotc::bench(*session, inputs, args.bench, args.threads, args.warmup, args.gap_us);
     std::printf("bench: calls=%zu threads=%zu p50_us=%.1f p90_us=%.1f p99_us=%.1f mean_us=%.1f calls_per_s=%.1f\n",
                 r.calls, r.threads, r.p50_us, r.p90_us, r.p99_us, r.mean_us, r.calls_per_s);
   }

@@ -20,7 +20,9 @@ struct BenchResult {
 };
 
 // Runs `warmup` untimed calls, then `calls` timed calls spread over `threads` threads, each timed alone.
+// gap_us > 0: each thread sleeps that long after each call (untimed), as a server's thread waits for the
+// next request, so the CPU and GPU idle between calls as they do under a closed loop over a network.
 BenchResult bench(const Session& session, const std::vector<at::Tensor>& inputs, size_t calls, size_t threads,
-                  size_t warmup);
+                  size_t warmup, size_t gap_us = 0);
 
 }  // namespace aotc

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -68,6 +69,9 @@ struct Manifest {
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   std::optional<std::pair<int64_t, int64_t>> batch;  // [min, max] of the shared dynamic batch dim
+  // Graphs compiled with the batch dim static (`aotc export --static-batches`): batch size -> the name of
+  // the AOTInductor model in the archive. The main graph, "model", takes every batch in `batch`.
+  std::map<int64_t, std::string> static_graphs;
   double atol = 1e-4;
   double rtol = 1e-4;
   std::vector<std::pair<std::string, std::string>> files_sha256;  // archive path -> lower-case hex
@@ -111,6 +115,10 @@ class Session {
   // Batch sizes this session replays as captured CUDA graphs (a batch of n runs padded to the smallest one
   // >= n), ascending; empty for a CPU package, with graphs off, or when the package's shapes rule them out.
   std::vector<int64_t> cuda_graph_buckets() const;
+
+  // The package graph a call of `batch` rows runs: a static graph's name (Manifest::static_graphs) where
+  // one is compiled for that batch (with CUDA graphs: for the bucket it pads to), else "model".
+  std::string graph_for_batch(int64_t batch) const;
 
   // The stored samples: inputs and eager outputs, as CPU tensors.
   std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> load_samples() const;

@@ -1,0 +1,85 @@
+"""Static graphs beside the dynamic one (`aotc export --static-batches`): the export merges them into one
+package and checks each against eager, the C++ runtime runs the one matching a call's batch and the dynamic
+graph for every other batch, aotc-run's self-check covers them, and a package that lists a graph it lacks is
+refused at load naming the graph."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from aotc import package
+from aotc.errors import PackageError
+from aotc.pipeline import static_graph_plan
+from aotc.errors import ExportError
+from aotc.runtime import Session
+from conftest import REPO, eager_reference
+from runtime_helpers import assert_close, edit_manifest, one_line_error, run_aotc_run
+
+
+@pytest.fixture(scope="module")
+def pkg_static(export_package):
+    return export_package("models/mlp.py", "--static-batches", "8,3")
+
+
+def test_package_holds_one_graph_per_static_batch(pkg_static):
+    s = Session(pkg_static)
+    assert s.manifest["static_graphs"] == [{"batch": 3, "graph": "batch3"}, {"batch": 8, "graph": "batch8"}]
+    with zipfile.ZipFile(pkg_static) as zf:
+        sos = sorted(n.split("/")[3] for n in zf.namelist() if n.endswith(".so"))
+    assert sos == ["batch3", "batch8", "model"]
+    assert len(s.manifest["files_sha256"]) == 3  # every graph's .so is hashed and checked at load
+
+
+def test_each_batch_runs_its_graph_and_matches_eager(pkg_static):
+    s = Session(pkg_static)
+    assert [s.graph_for_batch(n) for n in (1, 3, 7, 8, 9, 64)] == ["model", "batch3", "model", "batch8", "model", "model"]
+    gen = torch.Generator().manual_seed(7)
+    for n in (3, 7, 8):
+        x = torch.randn(n, 512, generator=gen)
+        _, _, (ref,) = eager_reference("models/mlp.py", inputs=(x,))
+        (got,) = s.run([x.numpy()])
+        assert_close(got, ref.numpy(), s.manifest["tolerance"], f"batch {n} through {s.graph_for_batch(n)}")
+
+
+def test_aotc_run_self_check_covers_the_static_graphs(pkg_static):
+    r = run_aotc_run(pkg_static)
+    assert r.returncode == 0, r.stderr
+    assert "(graph batch8)" in r.stdout and "(graph batch3)" in r.stdout and "(graph model)" in r.stdout
+    assert "MISMATCH" not in r.stdout
+
+
+def test_a_listed_graph_the_archive_lacks_is_refused(pkg_static, tmp_path):
+    bad = edit_manifest(pkg_static, tmp_path / "bad.pt2",
+                        lambda m: m["static_graphs"].append({"batch": 16, "graph": "batch16"}))
+    with pytest.raises(PackageError, match="graph 'batch16'"):
+        Session(bad, verify_hashes=False)
+    r = run_aotc_run(bad)
+    assert r.returncode != 0 and "graph 'batch16'" in one_line_error(r.stderr)
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda m: m["static_graphs"].append({"batch": 2000, "graph": "batch2000"}), "outside the package's batch range"),
+    (lambda m: m["static_graphs"].append({"batch": 8, "graph": "again"}), "listed twice"),
+    (lambda m: m["static_graphs"].append({"batch": 5, "graph": "model"}), "other than 'model'"),
+    (lambda m: m["static_graphs"].append({"batch": 5, "graph": "../x"}), "lower-case letters"),
+    (lambda m: m.update(static_graphs={"batch": 5}), "must be an array"),
+])
+def test_bad_static_graph_entries_are_refused(pkg_static, tmp_path, change, words):
+    bad = edit_manifest(pkg_static, tmp_path / "bad.pt2", change)
+    with pytest.raises(PackageError, match=words):
+        Session(bad, verify_hashes=False)
+
+
+def test_static_graph_plan():
+    assert static_graph_plan((8, 1, 8), {"min": 1, "max": 64}) == [{"batch": 1, "graph": "batch1"},
+                                                                   {"batch": 8, "graph": "batch8"}]
+    assert static_graph_plan((), None) == []
+    with pytest.raises(ExportError, match="no dynamic batch dim"):
+        static_graph_plan((8,), None)
+    with pytest.raises(ExportError, match=r"\[128\] outside the batch range \[1, 64\]"):
+        static_graph_plan((8, 128), {"min": 1, "max": 64})
