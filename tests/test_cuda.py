@@ -177,7 +177,7 @@ def test_static_graph_runs_for_its_batch(package, eager, monkeypatch, graphs):
     path = package("mlp_static6")
     m = _manifest(path)
     s = _session(path, monkeypatch, graphs)
-    expect = {5: "batch6" if graphs else "model", 6: "batch6", 7: "model", 2: "model"}
+    expect = {5: "batch6_static" if graphs else "model", 6: "batch6_static", 7: "model", 2: "model"}
     assert {n: s.graph_for_batch(n) for n in expect} == expect
     for seed, n in enumerate(expect):
         x = _inputs(m, n, 300 + seed)

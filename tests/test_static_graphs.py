@@ -23,23 +23,25 @@ from runtime_helpers import assert_close, edit_manifest, one_line_error, run_aot
 
 @pytest.fixture(scope="module")
 def pkg_static(export_package):
-    return export_package("models/mlp.py", "--static-batches", "8,3")
+    return export_package("models/mlp.py", "--static-batches", "16,1")
 
 
 def test_package_holds_one_graph_per_static_batch(pkg_static):
     s = Session(pkg_static)
-    assert s.manifest["static_graphs"] == [{"batch": 3, "graph": "batch3"}, {"batch": 8, "graph": "batch8"}]
+    assert s.manifest["static_graphs"] == [{"batch": 1, "graph": "batch1_static"},
+                                           {"batch": 16, "graph": "batch16_static"}]
     with zipfile.ZipFile(pkg_static) as zf:
         sos = sorted(n.split("/")[3] for n in zf.namelist() if n.endswith(".so"))
-    assert sos == ["batch3", "batch8", "model"]
+    assert sos == ["batch16_static", "batch1_static", "model"]
     assert len(s.manifest["files_sha256"]) == 3  # every graph's .so is hashed and checked at load
 
 
 def test_each_batch_runs_its_graph_and_matches_eager(pkg_static):
     s = Session(pkg_static)
-    assert [s.graph_for_batch(n) for n in (1, 3, 7, 8, 9, 64)] == ["model", "batch3", "model", "batch8", "model", "model"]
+    assert [s.graph_for_batch(n) for n in (1, 2, 15, 16, 64)] == \
+        ["batch1_static", "model", "model", "batch16_static", "model"]
     gen = torch.Generator().manual_seed(7)
-    for n in (3, 7, 8):
+    for n in (1, 7, 16):
         x = torch.randn(n, 512, generator=gen)
         _, _, (ref,) = eager_reference("models/mlp.py", inputs=(x,))
         (got,) = s.run([x.numpy()])
@@ -49,22 +51,26 @@ def test_each_batch_runs_its_graph_and_matches_eager(pkg_static):
 def test_aotc_run_self_check_covers_the_static_graphs(pkg_static):
     r = run_aotc_run(pkg_static)
     assert r.returncode == 0, r.stderr
-    assert "(graph batch8)" in r.stdout and "(graph batch3)" in r.stdout and "(graph model)" in r.stdout
+    # batch 1 and 16 are the static graphs' own samples; the example (64) and the odd fresh batch run "model"
+    assert "(graph batch16_static)" in r.stdout and "(graph batch1_static)" in r.stdout
+    assert "(graph model)" in r.stdout
     assert "MISMATCH" not in r.stdout
 
 
 def test_a_listed_graph_the_archive_lacks_is_refused(pkg_static, tmp_path):
     bad = edit_manifest(pkg_static, tmp_path / "bad.pt2",
-                        lambda m: m["static_graphs"].append({"batch": 16, "graph": "batch16"}))
-    with pytest.raises(PackageError, match="graph 'batch16'"):
+                        lambda m: m["static_graphs"].append({"batch": 8, "graph": "batch8_static"}))
+    with pytest.raises(PackageError, match="graph 'batch8_static'"):
         Session(bad, verify_hashes=False)
     r = run_aotc_run(bad)
-    assert r.returncode != 0 and "graph 'batch16'" in one_line_error(r.stderr)
+    assert r.returncode != 0 and "graph 'batch8_static'" in one_line_error(r.stderr)
 
 
 @pytest.mark.parametrize("change, words", [
     (lambda m: m["static_graphs"].append({"batch": 2000, "graph": "batch2000"}), "outside the package's batch range"),
-    (lambda m: m["static_graphs"].append({"batch": 8, "graph": "again"}), "listed twice"),
+    (lambda m: m["static_graphs"].append({"batch": 16, "graph": "again"}), "listed twice"),
+    (lambda m: m["static_graphs"].append({"batch": 5, "graph": "batch1_static_x"}), "begins"),
+    (lambda m: m["static_graphs"].append({"batch": 5, "graph": "model2"}), "begins"),
     (lambda m: m["static_graphs"].append({"batch": 5, "graph": "model"}), "other than 'model'"),
     (lambda m: m["static_graphs"].append({"batch": 5, "graph": "../x"}), "lower-case letters"),
     (lambda m: m.update(static_graphs={"batch": 5}), "must be an array"),
@@ -76,8 +82,8 @@ def test_bad_static_graph_entries_are_refused(pkg_static, tmp_path, change, word
 
 
 def test_static_graph_plan():
-    assert static_graph_plan((8, 1, 8), {"min": 1, "max": 64}) == [{"batch": 1, "graph": "batch1"},
-                                                                   {"batch": 8, "graph": "batch8"}]
+    assert static_graph_plan((16, 1, 16), {"min": 1, "max": 64}) == [{"batch": 1, "graph": "batch1_static"},
+                                                                     {"batch": 16, "graph": "batch16_static"}]
     assert static_graph_plan((), None) == []
     with pytest.raises(ExportError, match="no dynamic batch dim"):
         static_graph_plan((8,), None)

@@ -166,7 +166,9 @@ def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
     outside = [n for n in sizes if not batch["min"] <= n <= batch["max"]]
     if outside:
         raise ExportError(f"--static-batches: {outside} outside the batch range [{batch['min']}, {batch['max']}]")
-    return [{"batch": n, "graph": f"batch{n}"} for n in sorted(set(sizes))]
+    # AOTInductor's loader takes a graph's files by name prefix (data/aotinductor/<name>...): "batch1" would
+    # also take batch16's. The "_static" suffix keeps every name from being a prefix of another.
+    return [{"batch": n, "graph": f"batch{n}_static"} for n in sorted(set(sizes))]
 
 
 def _static_program(mf, model, size: int, rewrites: dict, opts):

@@ -151,6 +151,14 @@ Manifest parse_manifest(const std::string& json) {
         refuse(at + "batch " + std::to_string(n) + " is outside the package's batch range");
       if (!m.static_graphs.emplace(n, name).second) refuse(at + "batch " + std::to_string(n) + " is listed twice");
     }
+    // AOTInductor's loader selects a graph's files by name prefix (data/aotinductor/<name>...), so one
+    // graph's name must not begin another's.
+    std::vector<std::string> names{"model"};
+    for (const auto& [batch, name] : m.static_graphs) names.push_back(name);
+    for (const auto& a : names)
+      for (const auto& b : names)
+        if (&a != &b && b.compare(0, a.size(), a) == 0)
+          refuse("static_graphs: graph name '" + a + "' begins '" + b + "'; AOTInductor's loader would mix their files");
   }
   const Value& tol = member(doc, "tolerance", "");
   if (!tol.IsObject()) refuse("'tolerance' must be an object");
