@@ -34,6 +34,9 @@ def test_package_holds_one_graph_per_static_batch(pkg_static):
         sos = sorted(n.split("/")[3] for n in zf.namelist() if n.endswith(".so"))
     assert sos == ["batch16_static", "batch1_static", "model"]
     assert len(s.manifest["files_sha256"]) == 3  # every graph's .so is hashed and checked at load
+    log = (pkg_static.parent / "export.log").read_text()  # the export's summary, kept beside the cached package
+    assert "static    batch 1 (batch1_static), batch 16 (batch16_static)" in log
+    assert "ok   static graph batch1_static" in log and "ok   static graph batch16_static" in log
 
 
 def test_each_batch_runs_its_graph_and_matches_eager(pkg_static):
