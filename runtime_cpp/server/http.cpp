@@ -6,11 +6,9 @@
 // costs one read, and an answer goes out in one gathered write: the status line and headers, the JSON
 // header and the output tensors' bytes straight from the tensors (PiecesBody), with no copy into a body.
 //
-// Every request goes through dispatch(): auth, then the route table (one regex per path; a path that matches
-// under another method answers 405), then the handler. Handlers throw ServeError; dispatch() is the one place
-// that turns exceptions into a status and {"error": ...}. Request bodies with Content-Encoding are inflated
-// here with the same size limit as the wire body. A request Beast cannot parse gets a 4xx naming what was
-// wrong, and its connection is closed after the answer.
+// What to answer is Routes' business (routes.h); this file turns the wire into an HttpRequest and a Reply
+// back into the wire. A request Beast cannot parse gets a 4xx naming what was wrong, and its connection is
+// closed after the answer.
 #include "http.h"
 
 #include <netinet/in.h>
@@ -31,17 +29,14 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <mutex>
-#include <regex>
 #include <thread>
 
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <zlib.h>
 
 #include "codec.h"
-#include "service.h"
+#include "routes.h"
 
 namespace aotc::server {
 namespace {
@@ -184,83 +179,6 @@ struct PiecesBody {
 using Request = http::request<http::string_body>;
 using Response = http::response<PiecesBody>;
 
-struct Reply {
-  int status = 200;
-  std::vector<Bytes> body;
-  std::string content_type = "application/json";
-  std::optional<size_t> header_length;  // binary tensor extension
-  void text(std::string s) { body = {Bytes(std::move(s))}; }
-};
-
-struct Call {
-  const Request& req;
-  std::smatch match;
-  std::string body;  // decoded request body
-  std::string model() const { return match.size() > 1 ? match[1].str() : ""; }
-  std::string version() const { return match.size() > 2 ? match[2].str() : ""; }
-  std::string header(http::field f) const { return std::string(req[f]); }
-  std::string header(const char* name) const { return std::string(req[name]); }
-};
-
-// Whether an Accept-Encoding value lists `coding` (q-values are not weighed; "q=0" still counts as listed).
-bool accepts(const std::string& header, const std::string& coding) {
-  size_t start = 0;
-  while (start <= header.size()) {
-    size_t end = header.find(',', start);
-    if (end == std::string::npos) end = header.size();
-    std::string token = header.substr(start, end - start);
-    token = token.substr(0, token.find(';'));
-    size_t a = token.find_first_not_of(" \t"), b = token.find_last_not_of(" \t");
-    if (a != std::string::npos && token.compare(a, b - a + 1, coding) == 0) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
-// Inflates gzip or zlib/raw deflate, refusing output beyond `limit` bytes.
-std::string inflate_body(const std::string& in, const std::string& coding, size_t limit) {
-  for (int window : {15 + 32, -15}) {  // 15+32: gzip or zlib header, auto-detected; -15: raw deflate
-    z_stream zs{};
-    if (inflateInit2(&zs, window) != Z_OK) throw ServeError(500, "zlib failed to initialise");
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-    zs.avail_in = static_cast<uInt>(in.size());
-    std::string out;
-    char buf[65536];
-    int rc = Z_OK;
-    while (rc == Z_OK) {
-      zs.next_out = reinterpret_cast<Bytef*>(buf);
-      zs.avail_out = sizeof buf;
-      rc = inflate(&zs, Z_NO_FLUSH);
-      out.append(buf, sizeof buf - zs.avail_out);
-      if (out.size() > limit) {
-        inflateEnd(&zs);
-        throw ServeError(413, "the " + coding + " body inflates beyond --max-body-bytes " + std::to_string(limit));
-      }
-      if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;
-    }
-    inflateEnd(&zs);
-    if (rc == Z_STREAM_END) return out;
-  }
-  throw bad_request("the request body is not valid " + coding + " data (Content-Encoding: " + coding + ")");
-}
-
-std::string compress_body(const std::vector<Bytes>& pieces, bool gzip) {
-  z_stream zs{};
-  deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, gzip ? 15 + 16 : 15, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&zs, static_cast<uLong>(PiecesBody::size(pieces))) + 32, '\0');
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(pieces[i].data()));
-    zs.avail_in = static_cast<uInt>(pieces[i].size());
-    deflate(&zs, i + 1 == pieces.size() ? Z_FINISH : Z_NO_FLUSH);
-  }
-  if (pieces.empty()) deflate(&zs, Z_FINISH);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
-
 // The request path without its query, percent-decoded; nullopt when an escape is malformed.
 std::optional<std::string> request_path(std::string_view target) {
   target = target.substr(0, target.find('?'));
@@ -296,26 +214,12 @@ std::pair<int, std::string> read_failure(const beast::error_code& ec, size_t bod
   return {400, "malformed HTTP request: " + ec.message()};
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
 
 }  // namespace
 
 struct HttpServer::Impl {
-  using Handler = std::function<void(Impl&, Call&, Reply&)>;
-  struct Route {
-    const char* method;
-    std::regex pattern;
-    Handler fn;
-  };
-
   ServerOptions options;
-  Repository& repo;
-  ServerInfo info;
-  std::atomic<bool> ready{false};
-  std::vector<Route> routes;
+  Routes routes;
 
   // Sockets and threads. stop_fd (an eventfd) wakes the accept loop and every idle connection at stop().
   int listen_fd = -1;
@@ -329,14 +233,12 @@ struct HttpServer::Impl {
   size_t idle_threads = 0;
   size_t open_connections = 0;       // queued or being served
 
-  Impl(const ServerOptions& o, Repository& r, ServerInfo i) : options(o), repo(r), info(std::move(i)) {}
+  Impl(const ServerOptions& o, Repository& r, ServerInfo i) : options(o), routes(o, r, std::move(i)) {}
   ~Impl() {
     if (listen_fd >= 0) ::close(listen_fd);
     if (stop_fd >= 0) ::close(stop_fd);
   }
 
-  void route_table();
-  void handle(const Request& req, const std::string& path, Reply& reply);
   Response dispatch(const Request& req);
   void connection_thread();
   void serve_connection(int fd);
@@ -344,144 +246,16 @@ struct HttpServer::Impl {
   void write_error_and_close(Socket& sock, unsigned version, int status, const std::string& message);
 };
 
-void HttpServer::Impl::route_table() {
-  const std::string m = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
-  auto json = [](Reply& r, std::string body, int status = 200) {
-    r.status = status;
-    r.text(std::move(body));
-  };
-  routes = {
-      // The hot path first: most requests match the first pattern tried.
-      {"POST", std::regex(m + "/infer"),
-       [](Impl& s, Call& c, Reply& r) {
-         s.repo.get(c.model(), c.version());  // unknown (404) or not ready (503) before parsing the body
-         InferRequest req;
-         std::string hl = c.header("Inference-Header-Content-Length");
-         if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
-           throw bad_request("Inference-Header-Content-Length must be a byte count, got '" + hl + "'");
-         if (!hl.empty() && std::stoull(hl) == 0) {
-           req = service::raw_request(s.repo, c.model(), c.version(), std::move(c.body));
-         } else {
-           req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
-           req.model = c.model();
-           req.version = c.version();
-         }
-         size_t json_length = 0;
-         r.body = codec::write_infer_response(service::infer(s.repo, std::move(req)), &json_length);
-         if (json_length != std::string::npos) {
-           r.header_length = json_length;
-           r.content_type = "application/octet-stream";
-         }
-       }},
-      {"GET", std::regex("/v2/health/live"), [json](Impl&, Call&, Reply& r) { json(r, codec::write_flag("live", true)); }},
-      {"GET", std::regex("/v2/health/ready"),
-       [json](Impl& s, Call&, Reply& r) { json(r, codec::write_flag("ready", s.ready), s.ready ? 200 : 503); }},
-      {"GET", std::regex("/v2"), [json](Impl& s, Call&, Reply& r) { json(r, codec::write_server_metadata(s.info)); }},
-      {"GET", std::regex("/v2/models/stats"),
-       [json](Impl& s, Call&, Reply& r) {
-         std::vector<ModelStats> st;
-         for (const auto& sc : s.repo.schedulers()) st.push_back(sc->stats());
-         json(r, codec::write_stats(st));
-       }},
-      {"GET", std::regex(m),
-       [json](Impl& s, Call& c, Reply& r) {
-         auto sched = s.repo.get(c.model(), c.version());
-         json(r, codec::write_model_metadata(sched->info(), s.repo.ready_versions(c.model())));
-       }},
-      {"GET", std::regex(m + "/ready"),
-       [json](Impl& s, Call& c, Reply& r) {
-         bool ok = true;
-         try {
-           s.repo.get(c.model(), c.version());
-         } catch (const ServeError& e) {
-           if (e.status() == 404) throw;
-           ok = false;
-         }
-         json(r, codec::write_model_ready(c.model(), ok), ok ? 200 : 503);
-       }},
-      {"GET", std::regex(m + "/config"),
-       [json](Impl& s, Call& c, Reply& r) {
-         auto sched = s.repo.get(c.model(), c.version());
-         json(r, codec::write_model_config(sched->info(), sched->config()));
-       }},
-      {"GET", std::regex(m + "/stats"),
-       [json](Impl& s, Call& c, Reply& r) {
-         std::vector<ModelStats> st;
-         for (const auto& sc : s.repo.schedulers(c.model(), c.version())) st.push_back(sc->stats());
-         json(r, codec::write_stats(st));
-       }},
-      {"POST", std::regex("/v2/repository/index"),
-       [json](Impl& s, Call&, Reply& r) { json(r, codec::write_repository_index(s.repo.index())); }},
-      {"POST", std::regex("/v2/repository/models/([^/]+)/load"),
-       [json](Impl& s, Call& c, Reply& r) {
-         s.repo.load_model(c.model());
-         json(r, "{}");
-       }},
-      {"POST", std::regex("/v2/repository/models/([^/]+)/unload"),
-       [json](Impl& s, Call& c, Reply& r) {
-         s.repo.unload_model(c.model());
-         json(r, "{}");
-       }},
-      {"GET", std::regex("/metrics"),
-       [](Impl& s, Call&, Reply& r) {
-         r.text(service::metrics_text(s.repo));
-         r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-       }},
-  };
-}
-
-void HttpServer::Impl::handle(const Request& req, const std::string& path, Reply& reply) {
-  if (!options.api_key.empty() && path.rfind("/v2/health/", 0) != 0 &&
-      req[http::field::authorization] != "Bearer " + options.api_key)
-    throw ServeError(401, "missing or wrong API key; send 'Authorization: Bearer <key>' (the server's --api-key)");
-  std::string method(req.method_string());
-  const char* allowed = nullptr;
-  for (const Route& route : routes) {
-    Call call{req, {}, {}};
-    if (!std::regex_match(path, call.match, route.pattern)) continue;
-    if (method != route.method && !(method == "HEAD" && std::string(route.method) == "GET")) {
-      allowed = route.method;
-      continue;
-    }
-    std::string coding = call.header(http::field::content_encoding);
-    if (coding.empty() || coding == "identity") call.body = req.body();
-    else if (coding == "gzip" || coding == "deflate") call.body = inflate_body(req.body(), coding, options.max_body_bytes);
-    else throw ServeError(501, "unsupported Content-Encoding '" + coding + "'; send gzip, deflate or none");
-    if (call.body.size() > options.max_body_bytes)
-      throw ServeError(413, "request body of " + std::to_string(call.body.size()) + " bytes exceeds --max-body-bytes " +
-                                std::to_string(options.max_body_bytes));
-    route.fn(*this, call, reply);
-    return;
-  }
-  if (allowed) throw ServeError(405, "method " + method + " is not allowed on " + path + "; use " + allowed);
-  throw not_found("no route for " + method + " " + path);
-}
-
 Response HttpServer::Impl::dispatch(const Request& req) {
-  Reply reply;
   std::optional<std::string> path = request_path(req.target());
-  try {
-    if (!path) throw bad_request("the request path '" + std::string(req.target()) + "' has a malformed %-escape");
-    handle(req, *path, reply);
-  } catch (const ServeError& e) {
-    reply = Reply{e.status(), {Bytes(codec::write_error(e.what()))}, "application/json", std::nullopt};
-  } catch (const std::exception& e) {
-    reply = Reply{500, {Bytes(codec::write_error(std::string("internal error: ") + e.what()))}, "application/json",
-                  std::nullopt};
-  }
+  Reply reply = path ? routes.answer(HttpRequest{std::string(req.method_string()), *path,
+                                                 [&req](std::string_view name) { return std::string(req[name]); },
+                                                 req.body()})
+                     : error_reply(400, "the request path '" + std::string(req.target()) + "' has a malformed %-escape");
   Response res(static_cast<http::status>(reply.status), req.version());
   res.set(http::field::content_type, reply.content_type);
   if (reply.header_length) res.set("Inference-Header-Content-Length", std::to_string(*reply.header_length));
-  // Like Triton, only inference responses are compressed: tritonclient's aio client reads the other answers
-  // (metadata, health, ...) without inflating them.
-  if (path && ends_with(*path, "/infer") && reply.status == 200) {
-    std::string ae(req[http::field::accept_encoding]);
-    if (accepts(ae, "gzip") || accepts(ae, "deflate")) {
-      bool gzip = accepts(ae, "gzip");
-      reply.body = {Bytes(compress_body(reply.body, gzip))};
-      res.set(http::field::content_encoding, gzip ? "gzip" : "deflate");
-    }
-  }
+  if (!reply.content_encoding.empty()) res.set(http::field::content_encoding, reply.content_encoding);
   res.body() = std::move(reply.body);
   res.prepare_payload();
   return res;
@@ -499,8 +273,9 @@ bool HttpServer::Impl::wait_for_request(int fd) {
 
 void HttpServer::Impl::write_error_and_close(Socket& sock, unsigned version, int status, const std::string& message) {
   Response res(static_cast<http::status>(status), version ? version : 11);
-  res.set(http::field::content_type, "application/json");
-  res.body() = {Bytes(codec::write_error(message))};
+  Reply reply = error_reply(status, message);
+  res.set(http::field::content_type, reply.content_type);
+  res.body() = std::move(reply.body);
   res.keep_alive(false);
   res.prepare_payload();
   beast::error_code ec;
@@ -592,7 +367,6 @@ void HttpServer::Impl::connection_thread() {
 
 HttpServer::HttpServer(const ServerOptions& options, Repository& repo, ServerInfo info)
     : impl_(std::make_unique<Impl>(options, repo, std::move(info))) {
-  impl_->route_table();
   impl_->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl_->stop_fd < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
 }
@@ -670,6 +444,6 @@ void HttpServer::stop() {
   impl_->work_cv.notify_all();
 }
 
-void HttpServer::set_ready(bool ready) { impl_->ready = ready; }
+void HttpServer::set_ready(bool ready) { impl_->routes.set_ready(ready); }
 
 }  // namespace aotc::server

@@ -1,0 +1,67 @@
+// The routes of aotc-server's HTTP API, apart from any HTTP library: a request (method, decoded path,
+// headers, body) in, a Reply (status, content type, body pieces) out. http.cpp reads and writes the wire.
+//
+// Ownership: Routes borrows the Repository (which must outlive it). Blocking: answer() runs the request to
+// its end, inference included. Thread-safety: answer() and set_ready() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "options.h"
+#include "repository.h"
+#include "types.h"
+
+namespace aotc::server {
+
+struct HttpRequest {
+  std::string method;                                     // "GET", "POST", ...
+  std::string path;                                       // %-decoded, without the query
+  std::function<std::string(std::string_view)> header;   // a header's value, "" when absent
+  const std::string& body;                                // as received (Content-Encoding not yet undone)
+};
+
+struct Reply {
+  int status = 200;
+  std::vector<Bytes> body;                // written in order; views of output tensors stay views
+  std::string content_type = "application/json";
+  std::optional<size_t> header_length;    // binary tensor extension: Inference-Header-Content-Length
+  std::string content_encoding;           // "gzip" or "deflate" when the body was compressed
+  void text(std::string s) { body = {Bytes(std::move(s))}; }
+};
+
+// A JSON {"error": message} reply.
+Reply error_reply(int status, const std::string& message);
+
+class Routes {
+ public:
+  Routes(const ServerOptions& options, Repository& repo, ServerInfo info);
+
+  // Auth, the route table (404, 405), body inflation (413, 501), the handler, and compression of
+  // inference answers. Never throws: every failure becomes a status and {"error": ...}.
+  Reply answer(const HttpRequest& req);
+  void set_ready(bool ready) { ready_ = ready; }
+
+ private:
+  struct Call;
+  using Handler = std::function<void(Routes&, Call&, Reply&)>;
+  struct Route {
+    const char* method;
+    std::regex pattern;
+    Handler fn;
+  };
+  void handle(const HttpRequest& req, Reply& reply);
+
+  ServerOptions options_;
+  Repository& repo_;
+  ServerInfo info_;
+  std::atomic<bool> ready_{false};
+  std::vector<Route> routes_;
+};
+
+}  // namespace aotc::server
