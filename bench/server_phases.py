@@ -3,7 +3,9 @@ next to HTTP (aotc-load, one connection) for the same package and input, with th
 taken after a warm-up (so CUDA-graph capture and first calls are left out), for a batching model that hands
 every request to a runner (run_inline_when_idle false), the same with the default (a request that finds the
 model idle runs on its HTTP thread), and an unbatched one; the configs take turns in rounds. Prints a markdown table; the difference
-between the client's mean and the server's enqueue-to-answer mean is HTTP, parsing and encoding. The floor of
+between the client's mean and the server's enqueue-to-answer mean is HTTP, parsing and encoding. The
+in-process call is timed twice: back to back, and paced (`aotc-run --gap-us`, idle for as long as a request
+spends outside the model call over HTTP), since a machine that idles between calls runs them slower. The floor of
 any request (GET /v2/health/ready) comes last. Single-input packages; the input is the package's first sample, rows repeated to each batch size.
   python bench/server_phases.py --package PKG [--batch 1 64] [--seconds 3] [--intra-op-threads 1] [--out FILE]
 aotc-run, aotc-server and aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
@@ -59,8 +61,9 @@ def main() -> int:
     pkg = args.package.resolve()
     name, sample = first_sample(pkg)
     flags = ("--intra-op-threads", str(args.intra_op_threads)) if args.intra_op_threads else ()
-    rows = ["| model config | batch | in-process p50 us | HTTP c1 p50 us (median of rounds) | HTTP mean us | "
-            "server: enqueue to answer | queue | infer | HTTP, parsing, encoding |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| model config | batch | in-process p50 us | in-process paced p50 us | HTTP c1 p50 us (median of rounds) | "
+            "HTTP mean us | server: enqueue to answer | queue | infer | HTTP, parsing, encoding |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         models = {f"m{i}": (pkg, cfg) for i, cfg in enumerate(CONFIGS.values())}
@@ -81,12 +84,16 @@ def main() -> int:
                 for _ in range(args.rounds):  # the configs take turns, so drifting load falls on all alike
                     for model in models:
                         runs[model].append(http_load(srv.port, model, x, name, 1, args.seconds))
+                # idle between paced calls: what a request of the default config spends outside the model call
+                default = list(models)[list(CONFIGS).index("batching, inline when idle (default)")]
+                gap = max(0, statistics.median(h["p50_ms"] for h in runs[default]) * 1e3 - ref)
+                paced = aotc_run_p50_us(pkg, x, tmp, calls=2000, warmup=200, flags=["--gap-us", str(int(gap))])
                 for label, model in zip(CONFIGS, models):
                     st = stats_per_request(before[model], server_stats(srv.port, model))
                     p50 = statistics.median(h["p50_ms"] for h in runs[model]) * 1e3
                     n = sum(h["requests"] for h in runs[model])
                     mean = sum(h["mean_ms"] * h["requests"] for h in runs[model]) / max(n, 1) * 1e3
-                    rows.append(f"| {label} | {b} | {ref:.0f} | {p50:.0f} | {mean:.0f} | "
+                    rows.append(f"| {label} | {b} | {ref:.0f} | {paced:.0f} | {p50:.0f} | {mean:.0f} | "
                                 f"{st['success']:.0f} | {st['queue']:.0f} | {st['compute_infer']:.0f} | "
                                 f"{mean - st['success']:.0f} |")
         finally:
