@@ -106,9 +106,11 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
     static = static_graph_plan(opts.static_batches, batch)
+    static_inputs = {}  # graph name -> its example inputs: traced for the graph, and its parity case
     for g in static:  # each static graph's parity case is also a sample, so aotc-run's self-check runs it
-        _, inputs_s = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
-        cases.append(parity.static_case(g, inputs_s, exp.eager_outputs(model, inputs_s, mf)))
+        _, static_inputs[g["graph"]] = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
+        ref_s = exp.eager_outputs(model, static_inputs[g["graph"]], mf)
+        cases.append(parity.static_case(g, static_inputs[g["graph"]], ref_s))
 
     samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
     sample_entries, sample_bytes = package.sample_files(samples)
@@ -136,7 +138,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         static_compiled = {}
         for g in static:
             with prog.stage(f"AOTInductor compile, static batch {g['batch']}"):
-                ep_s = _static_program(mf, model, g["batch"], rewrites, opts)
+                ep_s = _static_program(mf, model, static_inputs[g["graph"]], rewrites, opts)
                 static_compiled[g["graph"]] = os.path.join(tmp, f"{g['graph']}.pt2")
                 compile_s += aoti.compile_package(ep_s, static_compiled[g["graph"]], configs)
 
@@ -171,12 +173,11 @@ def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
     return [{"batch": n, "graph": f"batch{n}_static"} for n in sorted(set(sizes))]
 
 
-def _static_program(mf, model, size: int, rewrites: dict, opts):
-    """The model exported again with dim 0 static at `size`, rewritten as the main graph was (the same
-    embedding-bag lowering, not measured again)."""
-    mf_s = with_example_batch(mf, size)
-    _, inputs = exp.prepare(mf_s, opts.device, opts.dtype)
-    ds = exp.dynamic_shapes_for(mf_s, inputs, (size, size))
+def _static_program(mf, model, inputs: tuple, rewrites: dict, opts):
+    """The model exported again with dim 0 static at the batch of `inputs`, rewritten as the main graph was
+    (the same embedding-bag lowering, not measured again)."""
+    size = inputs[0].shape[0]
+    ds = exp.dynamic_shapes_for(mf, inputs, (size, size))
     ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose)
     lowering = rewrites.get("embedding_bag", {}).get("lowering", opts.embedding_bag)
     ep, _ = _rewrite(ep, inputs, dataclasses.replace(opts, embedding_bag=lowering))

@@ -532,7 +532,7 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
     w.EndObject();
     w.EndObject();
   }
-  w.Key("run_inline_when_idle"); w.Bool(c.run_inline_when_idle.value_or(true));
+  w.Key("run_inline_when_idle"); w.Bool(c.run_inline_when_idle);
   w.Key("instance_group");
   w.StartArray();
   for (const auto& g : c.instance_group) {

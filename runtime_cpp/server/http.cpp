@@ -214,6 +214,16 @@ std::pair<int, std::string> read_failure(const beast::error_code& ec, size_t bod
   return {400, "malformed HTTP request: " + ec.message()};
 }
 
+// The wire form of a Reply: status, Content-Type, the binary-tensor and coding headers, the body pieces.
+Response to_response(Reply reply, unsigned version) {
+  Response res(static_cast<http::status>(reply.status), version);
+  res.set(http::field::content_type, reply.content_type);
+  if (reply.header_length) res.set("Inference-Header-Content-Length", std::to_string(*reply.header_length));
+  if (!reply.content_encoding.empty()) res.set(http::field::content_encoding, reply.content_encoding);
+  res.body() = std::move(reply.body);
+  res.prepare_payload();
+  return res;
+}
 
 }  // namespace
 
@@ -252,13 +262,7 @@ Response HttpServer::Impl::dispatch(const Request& req) {
                                                  [&req](std::string_view name) { return std::string(req[name]); },
                                                  req.body()})
                      : error_reply(400, "the request path '" + std::string(req.target()) + "' has a malformed %-escape");
-  Response res(static_cast<http::status>(reply.status), req.version());
-  res.set(http::field::content_type, reply.content_type);
-  if (reply.header_length) res.set("Inference-Header-Content-Length", std::to_string(*reply.header_length));
-  if (!reply.content_encoding.empty()) res.set(http::field::content_encoding, reply.content_encoding);
-  res.body() = std::move(reply.body);
-  res.prepare_payload();
-  return res;
+  return to_response(std::move(reply), req.version());
 }
 
 // Waits until the connection's next request begins (bytes to read) or it should close: idle past the
@@ -272,12 +276,8 @@ bool HttpServer::Impl::wait_for_request(int fd) {
 }
 
 void HttpServer::Impl::write_error_and_close(Socket& sock, unsigned version, int status, const std::string& message) {
-  Response res(static_cast<http::status>(status), version ? version : 11);
-  Reply reply = error_reply(status, message);
-  res.set(http::field::content_type, reply.content_type);
-  res.body() = std::move(reply.body);
+  Response res = to_response(error_reply(status, message), version ? version : 11);
   res.keep_alive(false);
-  res.prepare_payload();
   beast::error_code ec;
   sock.timeout_ms = kWriteTimeoutMs;
   http::write(sock, res, ec);

@@ -84,7 +84,7 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
     // thread hand-offs (to a runner and back) of the queued path; requests that arrive meanwhile queue and
     // batch as usual. run_inline_when_idle false keeps the hand-off (for a model that runs in microseconds,
     // the requests that arrive during it are what its batches form from).
-    run_inline = runs_inline_when_idle() && queue_.empty() && all_idle();
+    run_inline = config_.run_inline_when_idle && queue_.empty() && all_idle();
     if (run_inline) {
       instance_busy_[0] = 1;
       job->state.store(1);

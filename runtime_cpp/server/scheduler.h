@@ -55,7 +55,6 @@ class Scheduler {
   const ModelInfo& info() const { return instances_[0].model->info(); }
   const ModelConfig& config() const { return config_; }
   bool batching() const { return config_.max_batch_size > 0 && info().batch.has_value(); }
-  bool runs_inline_when_idle() const { return config_.run_inline_when_idle.value_or(true); }
 
  private:
   struct Job;

@@ -67,7 +67,6 @@ class Bytes {
     if (offset > size_ || n > size_ - offset) throw std::out_of_range("Bytes::slice past the end");
     return Bytes(owner_, data_ + offset, n);
   }
-  std::string str() const { return std::string(data_, size_); }
 
  private:
   std::shared_ptr<const void> owner_;
@@ -114,8 +113,8 @@ struct ModelConfig {
   int64_t max_queue_delay_us = 0;          // how long a batch may wait for more requests
   std::vector<int64_t> preferred_batch_sizes;
   // A request that finds nothing queued and every instance idle runs on its HTTP thread (no hand-off to a
-  // runner and back); unset = true.
-  std::optional<bool> run_inline_when_idle;
+  // runner and back).
+  bool run_inline_when_idle = true;
   int64_t num_runners = 1;                 // model calls that may run at once
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
   std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index
