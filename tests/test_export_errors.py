@@ -79,6 +79,8 @@ def test_split_spec():
     (["models/mlp.py", "--dynamic-batch", "1:8"], "--dynamic-batch 1:8 does not contain the example batch size 64"),
     (["models/mlp.py", "--dynamic-batch", "8"], "expected MIN:MAX"),
     (["models/mlp.py", "-o", "out.zip"], "must end in .pt2"),
+    (["models/mlp.py", "--static-batches", "8,2000"], "[2000] outside the batch range [1, 1024]"),
+    (["models/mlp.py", "--example-batch", "2000"], "outside its Dim range [1, 1024]"),
 ])
 def test_cli_prints_one_line_for_a_bad_model_file(args, fragment, capsys, monkeypatch, tmp_path):
     """The CLI's own entry point, in-process (a subprocess per case would mostly time torch's import)."""
@@ -91,6 +93,19 @@ def test_cli_prints_one_line_for_a_bad_model_file(args, fragment, capsys, monkey
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "aotc: error:" in line]
     assert rc == 2 and len(lines) == 1 and fragment in lines[0], err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["--static-batches", "8,x"], ["--static-batches", "0"], ["--static-batches", ""],
+                                  ["--example-batch", "0"], ["--example-batch", "many"]])
+def test_cli_refuses_bad_batch_sizes(args, capsys):
+    """argparse refuses them before anything loads, naming the option and what it expects."""
+    from aotc.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "models/mlp.py", *args])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"argument {args[0]}: expected a whole number >= 1" in err, err
     assert "Traceback" not in err
 
 

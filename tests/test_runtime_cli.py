@@ -78,6 +78,7 @@ def test_mismatching_stored_output_exits_1(pkg_mlp, tmp_path):
     (["--bench"], "--bench needs a number"),
     (["PKG", "--bench", "x"], "--bench is 'x'"),
     (["PKG", "--threads", "0"], "--threads is '0'"),
+    (["PKG", "--bench", "3", "--gap-us", "-1"], "--gap-us is '-1'"),
     (["PKG", "--frobnicate"], "unknown option '--frobnicate'"),
     (["PKG", "--bench", "3", "--device-inputs"], "--device-inputs needs a CUDA package; this one is for cpu"),
 ])
