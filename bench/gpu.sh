@@ -12,7 +12,7 @@
 # Writes to $OUT: summary.txt, build.log (machine and build), export.log, pytest.log, multi.log, gpu_multi_<k>.md,
 # bench.log, gpu_bench.md, eb.log and eb.json (bench/embedding_bag.py, started in the background with the
 # build, since it compiles its own packages; the model benchmark waits for it so the GPU is not shared).
-# The stages check, test, multi and bench run in the order AOTC_GPU_STAGES lists them.
+# The stages check, test, multi, bench, phases, pacing, probe and batching run in the order AOTC_GPU_STAGES lists them.
 # Knobs: AOTC_GPU_BUDGET_S (default 560: seconds the whole script may take; the benchmark gets what is
 # left), AOTC_GPU_STAGES (default "deps build export eb check test multi bench"), AOTC_TEST_TIMEOUT_S
 # (default 240), AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
@@ -23,6 +23,9 @@
 # on a two-GPU machine they can run side by side without sharing a GPU).
 # Stage phases: bench/server_phases.py on the MLP (batch 64) and BERT (batch 1, 8) packages.
 # Stage pacing: aotc-run on BERT (batch 1, 8) with idle gaps of 0, 200 and 1000 us between calls.
+# Stage probe: BERT batch 1's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server at concurrency 1
+# (one model loaded, then three).
+# Stage batching: bench/batching.py on BERT at concurrency 32 for bert_base.pt2 and each extra export.
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
 # per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
 # Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
@@ -301,13 +304,17 @@ phases() {
   "$PY" bench/server_phases.py --package "$PKGS/mlp.pt2" --batch 64 --out "$OUT/phases_mlp.md" || return 1
   "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch 1 8 --out "$OUT/phases_bert.md"
 }
-# pacing: aotc-run on BERT with idle gaps between calls (--gap-us), as a server's calls arrive at concurrency 1:
-# whether the model call itself slows when the machine idles between calls. Three rounds, interleaved.
-pacing() {
+# BERT inputs for aotc-run: /tmp/aotc-ids-b1.npy and /tmp/aotc-ids-b8.npy
+make_ids() {
   "$PY" -c "
 import numpy as np
 for b in (1, 8):
     np.save('/tmp/aotc-ids-b%d.npy' % b, np.random.default_rng(b).integers(0, 1000, (b, 128)).astype(np.int64))"
+}
+# pacing: aotc-run on BERT with idle gaps between calls (--gap-us), as a server's calls arrive at concurrency 1:
+# whether the model call itself slows when the machine idles between calls. Three rounds, interleaved.
+pacing() {
+  make_ids
   local round b gap
   for round in 1 2 3; do
     for b in 1 8; do
@@ -318,10 +325,40 @@ for b in (1, 8):
     done
   done
 }
+# probe: where BERT batch 1's call time goes (AOTC_CUDA_TIMING: host and device phases of each replayed call)
+# in aotc-run, back to back and paced, and in aotc-server at concurrency 1 with one copy of the model loaded,
+# then with three (the configs of stage phases).
+probe() {
+  make_ids
+  local gap configs
+  for gap in 0 200; do
+    echo "== aotc-run --gap-us $gap"
+    AOTC_CUDA_TIMING=1000 aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b1.npy --bench 3000 --warmup 300 \
+      --gap-us $gap 2>&1 | grep -E '^bench:|cuda timing' | tail -3
+  done
+  for configs in default runner,default,unbatched; do
+    echo "== aotc-server, configs $configs, batch 1, concurrency 1"
+    AOTC_CUDA_TIMING=1000 "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch 1 \
+      --configs $configs --rounds 2 --seconds 3 --server-log "$OUT/probe_server_$configs.log" \
+      --out "$OUT/probe_$configs.md" || return 1
+    grep "cuda timing" "$OUT/probe_server_$configs.log" | tail -5
+  done
+}
+# batching: bench/batching.py, BERT batch-1 requests at concurrency 32, batched against unbatched, for the
+# default package and each extra export of it (AOTC_EXTRA_EXPORTS), side by side in one server
+batching() {
+  local args="--package default=$PKGS/bert_base.pt2" f
+  for f in "$EXTRA"/bert_base_*.pt2; do
+    [ -f "$f" ] && args="$args --package $(basename "$f" .pt2 | sed 's/^bert_base_//')=$f"
+  done
+  "$PY" bench/batching.py $args --concurrency 32 --seconds 4 --rounds 2 --out "$OUT/batching.md"
+}
 for s in $STAGES; do
   case $s in
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
+    probe) wait_eb; stage probe "$OUT/probe.log" probe ;;
+    batching) wait_eb; stage batching "$OUT/batching.log" batching ;;
     check) stage check "$OUT/export.log" check_packages ;;
     test)
       [ -z "${AOTC_EB_GPU:-}" ] && wait_eb  # without a GPU of its own, the benchmark must not share one

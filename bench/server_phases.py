@@ -8,6 +8,9 @@ in-process call is timed twice: back to back, and paced (`aotc-run --gap-us`, id
 spends outside the model call over HTTP), since a machine that idles between calls runs them slower. The floor of
 any request (GET /v2/health/ready) comes last. Single-input packages; the input is the package's first sample, rows repeated to each batch size.
   python bench/server_phases.py --package PKG [--batch 1 64] [--seconds 3] [--intra-op-threads 1] [--out FILE]
+      [--configs default,unbatched] [--server-log FILE]
+--configs loads only the named configs (each config is one copy of the model in the server); --server-log keeps
+the server's output (with AOTC_CUDA_TIMING=N in the environment, the per-phase means of its CUDA calls).
 aotc-run, aotc-server and aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
 """
 
@@ -33,6 +36,7 @@ CONFIGS = {"batching, handed to a runner": {"max_batch_size": 64, "max_queue_del
                                             "run_inline_when_idle": False},
            "batching, inline when idle (default)": {"max_batch_size": 64, "max_queue_delay_us": 200},
            "unbatched, inline when idle": {"max_batch_size": 0}}
+SHORT = dict(zip(("runner", "default", "unbatched"), CONFIGS))  # --configs names
 
 
 def first_sample(pkg: Path) -> tuple[str, np.ndarray]:
@@ -55,7 +59,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="the configs take turns this many times per batch size")
     ap.add_argument("--intra-op-threads", type=int, help="for aotc-server (and OMP_NUM_THREADS for aotc-run)")
     ap.add_argument("--out", type=Path, help="also write the table here")
+    ap.add_argument("--configs", default=",".join(SHORT), help=f"comma-separated, of {', '.join(SHORT)}")
+    ap.add_argument("--server-log", type=Path, help="copy the server's output here")
     args = ap.parse_args()
+    unknown = [c for c in args.configs.split(",") if c not in SHORT]
+    if unknown:
+        ap.error(f"--configs: unknown {', '.join(unknown)}; expected some of {', '.join(SHORT)}")
+    configs = {SHORT[c]: CONFIGS[SHORT[c]] for c in args.configs.split(",")}
     if args.intra_op_threads:
         os.environ["OMP_NUM_THREADS"] = str(args.intra_op_threads)
     pkg = args.package.resolve()
@@ -66,7 +76,7 @@ def main() -> int:
             "|---|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        models = {f"m{i}": (pkg, cfg) for i, cfg in enumerate(CONFIGS.values())}
+        models = {f"m{i}": (pkg, cfg) for i, cfg in enumerate(configs.values())}
         srv = Server(models, tmp, flags)
         try:
             floor = statistics.median(get_load(srv.port, "/v2/health/ready", args.seconds)["p50_ms"]
@@ -84,11 +94,13 @@ def main() -> int:
                 for _ in range(args.rounds):  # the configs take turns, so drifting load falls on all alike
                     for model in models:
                         runs[model].append(http_load(srv.port, model, x, name, 1, args.seconds))
-                # idle between paced calls: what a request of the default config spends outside the model call
-                default = list(models)[list(CONFIGS).index("batching, inline when idle (default)")]
+                # idle between paced calls: what a request of the default config (else the first) spends outside
+                # the model call
+                labels = list(configs)
+                default = list(models)[labels.index(SHORT["default"]) if SHORT["default"] in labels else 0]
                 gap = max(0, statistics.median(h["p50_ms"] for h in runs[default]) * 1e3 - ref)
                 paced = aotc_run_p50_us(pkg, x, tmp, calls=2000, warmup=200, flags=["--gap-us", str(int(gap))])
-                for label, model in zip(CONFIGS, models):
+                for label, model in zip(configs, models):
                     st = stats_per_request(before[model], server_stats(srv.port, model))
                     p50 = statistics.median(h["p50_ms"] for h in runs[model]) * 1e3
                     n = sum(h["requests"] for h in runs[model])
@@ -98,6 +110,8 @@ def main() -> int:
                                 f"{mean - st['success']:.0f} |")
         finally:
             srv.close()
+            if args.server_log:
+                args.server_log.write_bytes((tmp / "server.log").read_bytes())
     text = (f"package {pkg.name}, input {name} {list(sample.shape[1:])}, {args.rounds} rounds of {args.seconds:g} s "
             "per config, the configs taking turns\n\n" + "\n".join(rows) +
             f"\n\nThe floor of any request, GET /v2/health/ready on one connection: p50 {floor:.0f} us.")

@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <sstream>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -105,6 +110,46 @@ std::optional<std::string> why_cannot_run_on_device(const Manifest& manifest, in
          "; export it again on this GPU";
 }
 
+// Pinned host buffers for the outputs of replayed calls. A call takes one buffer per output, sized for its
+// bucket, and hands it out inside the returned tensor; the tensor's deleter puts it back, on whichever thread
+// frees it. That path makes no CUDA call: freeing a tensor of PyTorch's pinned allocator records an event on
+// the stream that last copied into it, and when another thread is capturing a graph on that stream (the next
+// bucket's first call, while the last answer is still being written), the record joins the capture and the
+// capture fails ("invalid argument"). Shared with every handed-out tensor, so it outlives its executor.
+class CudaExecutor::PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+ public:
+  ~PinnedPool() {
+    for (auto& [bytes, buffers] : free_)
+      for (void* p : buffers) cudaFreeHost(p);
+  }
+
+  // A host tensor of `shape` and `dtype` in a pinned buffer of `bytes` (>= the tensor's size).
+  at::Tensor take(at::IntArrayRef shape, at::ScalarType dtype, size_t bytes) {
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto& buffers = free_[bytes];
+      if (!buffers.empty()) {
+        p = buffers.back();
+        buffers.pop_back();
+      }
+    }
+    if (!p) C10_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
+    auto self = shared_from_this();
+    return at::from_blob(
+        p, shape, [self, bytes](void* q) { self->give_back(q, bytes); }, at::TensorOptions().dtype(dtype));
+  }
+
+ private:
+  void give_back(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    free_[bytes].push_back(p);
+  }
+
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;  // by buffer size
+};
+
 // One graph captured at one bucket: static device inputs the graph reads, static device outputs it writes,
 // and pinned host staging for the inputs (reused; safe because run() syncs the stream before returning).
 struct CudaExecutor::Graph {
@@ -114,10 +159,48 @@ struct CudaExecutor::Graph {
   std::vector<at::Tensor> static_outputs;
 };
 
+// AOTC_CUDA_TIMING=N: where a replayed call's time goes, for finding why the same call is slower in one
+// process than in another. Each runner records CUDA events around the copy-in, the graph and the copy-out and
+// host clock readings between the steps; every N calls one line of means goes to stderr. Off (no events, no
+// clock reads) unless the variable is set.
+struct CudaExecutor::Timing {
+  static constexpr int kHostPhases = 6;    // enter, copy-in, replay, outputs, wait, idle before the call
+  static constexpr int kDevicePhases = 3;  // copy-in, graph, copy-out
+  size_t every = 0;
+  std::mutex mu;
+  size_t calls = 0;
+  double host[kHostPhases] = {};
+  double device[kDevicePhases] = {};
+
+  void add(const double (&h)[kHostPhases], const float (&d)[kDevicePhases]) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (int i = 0; i < kHostPhases; ++i) host[i] += h[i];
+    for (int i = 0; i < kDevicePhases; ++i) device[i] += d[i] * 1e3;
+    if (++calls < every) return;
+    const double n = static_cast<double>(calls);
+    std::fprintf(stderr,
+                 "aotc cuda timing: %zu calls, mean us on the host: enter %.1f, copy-in %.1f, replay %.1f, "
+                 "outputs %.1f, wait %.1f (call %.1f), idle before %.1f; on the device: copy-in %.1f, graph %.1f, "
+                 "copy-out %.1f\n",
+                 calls, host[0] / n, host[1] / n, host[2] / n, host[3] / n, host[4] / n,
+                 (host[0] + host[1] + host[2] + host[3] + host[4]) / n, host[5] / n, device[0] / n, device[1] / n,
+                 device[2] / n);
+    calls = 0;
+    std::fill(std::begin(host), std::end(host), 0.0);
+    std::fill(std::begin(device), std::end(device), 0.0);
+  }
+};
+
 struct CudaExecutor::Runner {
   explicit Runner(c10::cuda::CUDAStream s) : stream(s) {}
+  ~Runner() {
+    for (cudaEvent_t e : events)
+      if (e) cudaEventDestroy(e);
+  }
   c10::cuda::CUDAStream stream;
   std::map<int64_t, std::unique_ptr<Graph>> graphs;  // bucket (or -1: the one static shape) -> graph
+  cudaEvent_t events[4] = {};                          // AOTC_CUDA_TIMING only
+  std::chrono::steady_clock::time_point last_return;   // AOTC_CUDA_TIMING only: the previous call's end
 };
 
 CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& manifest, const CudaOptions& options)
@@ -152,9 +235,17 @@ CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& mani
   };
   loader_ = load("model");
   for (const auto& [batch, graph] : manifest.static_graphs) static_loaders_[batch] = load(graph);
+  if (graphs_) output_pool_ = std::make_shared<PinnedPool>();
+  const char* timing = std::getenv("AOTC_CUDA_TIMING");
+  if (graphs_ && timing && std::atoi(timing) > 0) {
+    timing_ = std::make_unique<Timing>();
+    timing_->every = static_cast<size_t>(std::atoi(timing));
+  }
   for (size_t i = 0; i < n; ++i) {
     runners_.push_back(std::make_unique<Runner>(
         c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device_index_))));
+    if (timing_)
+      for (cudaEvent_t& e : runners_.back()->events) cudaEventCreate(&e);
     free_.push_back(runners_.back().get());
   }
 }
@@ -203,6 +294,7 @@ void CudaExecutor::release(Runner& runner) {
 }
 
 std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs) {
+  const auto entered = std::chrono::steady_clock::now();
   Runner& runner = acquire();
   struct Release {
     CudaExecutor* self;
@@ -211,7 +303,7 @@ std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs)
   } release_on_exit{this, &runner};
   c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_index_));
   c10::cuda::CUDAStreamGuard stream_guard(runner.stream);
-  return graphs_ ? run_graph(runner, inputs) : run_eager(runner, inputs);
+  return graphs_ ? run_graph(runner, inputs, entered) : run_eager(runner, inputs);
 }
 
 namespace {
@@ -291,31 +383,69 @@ CudaExecutor::Graph& CudaExecutor::graph_for(Runner& runner, int64_t bucket) {
   return *runner.graphs.emplace(bucket, std::move(g)).first->second;
 }
 
-std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vector<at::Tensor>& inputs,
+                                                std::chrono::steady_clock::time_point entered) {
+  using clock = std::chrono::steady_clock;
+  clock::time_point marks[5];  // AOTC_CUDA_TIMING: graph chosen, copy-in enqueued, replayed, outputs enqueued, done
+  auto mark = [&](int i) {
+    if (!timing_) return;
+    marks[i] = clock::now();
+    if (i < 4) cudaEventRecord(runner.events[i], runner.stream.stream());
+  };
   const bool batched = manifest_.batch.has_value();
   const int64_t n = batched ? inputs.at(0).size(0) : -1;
   const int64_t bucket = batched ? bucket_for(n) : -1;
   Graph& g = graph_for(runner, bucket);
+  mark(0);
+  // Raw copies, not Tensor::copy_: a few microseconds less per call, and no pinned-allocator events (see
+  // PinnedPool). Inputs are contiguous (the header's contract), so n rows are the first bytes of a buffer.
+  const cudaStream_t stream = runner.stream.stream();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    at::Tensor dst = batched ? g.static_inputs[i].narrow(0, 0, n) : g.static_inputs[i];
     if (inputs[i].is_cuda()) {
+      at::Tensor dst = batched ? g.static_inputs[i].narrow(0, 0, n) : g.static_inputs[i];
       dst.copy_(inputs[i], /*non_blocking=*/true);
-    } else {
-      at::Tensor stage = batched ? g.staging[i].narrow(0, 0, n) : g.staging[i];
-      stage.copy_(inputs[i]);
-      dst.copy_(stage, /*non_blocking=*/true);
+      continue;
     }
+    const size_t bytes = inputs[i].nbytes();
+    std::memcpy(g.staging[i].data_ptr(), inputs[i].data_ptr(), bytes);
+    C10_CUDA_CHECK(cudaMemcpyAsync(g.static_inputs[i].data_ptr(), g.staging[i].data_ptr(), bytes,
+                                   cudaMemcpyHostToDevice, stream));
   }
+  mark(1);
   g.graph.replay();
+  mark(2);
   const bool device_io = on_device(inputs);
   std::vector<at::Tensor> outs;
   outs.reserve(g.static_outputs.size());
   for (const auto& o : g.static_outputs) {
     at::Tensor src = batched ? o.narrow(0, 0, n) : o;
     // The static outputs are overwritten by the next replay: hand out copies.
-    outs.push_back(device_io ? src.clone() : to_host_async(src));
+    if (device_io) {
+      outs.push_back(src.clone());
+      continue;
+    }
+    if (!src.is_contiguous()) src = src.contiguous();
+    at::Tensor host = output_pool_->take(src.sizes(), src.scalar_type(), o.nbytes());
+    C10_CUDA_CHECK(cudaMemcpyAsync(host.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost, stream));
+    outs.push_back(std::move(host));
   }
+  mark(3);
   runner.stream.synchronize();
+  if (timing_) {
+    mark(4);
+    auto us = [](clock::time_point a, clock::time_point b) {
+      return std::chrono::duration<double, std::micro>(b - a).count();
+    };
+    const bool first = runner.last_return == clock::time_point{};
+    const double host[Timing::kHostPhases] = {us(entered, marks[0]), us(marks[0], marks[1]), us(marks[1], marks[2]),
+                                              us(marks[2], marks[3]), us(marks[3], marks[4]),
+                                              first ? 0.0 : us(runner.last_return, entered)};
+    float device[Timing::kDevicePhases] = {};
+    for (int i = 0; i < Timing::kDevicePhases; ++i)
+      cudaEventElapsedTime(&device[i], runner.events[i], runner.events[i + 1]);
+    runner.last_return = marks[4];
+    timing_->add(host, device);
+  }
   return outs;
 }
 

@@ -4,7 +4,8 @@
 //
 // Ownership: a CudaExecutor owns its AOTIModelPackageLoader, its streams and its graphs; inputs passed to
 // run() are borrowed for the call; returned tensors are owned by the caller (pinned host memory for host
-// inputs, device memory for device inputs).
+// inputs, device memory for device inputs). With graphs, a host output's buffer comes from the executor's pool
+// and goes back to it when the tensor is freed, on any thread, also after the executor is gone.
 // Blocking: the constructor loads the model (seconds); the first call at a new bucket captures a graph
 // (milliseconds); run() returns after one synchronization of its runner's stream.
 // Thread-safety: run() may be called from any number of threads; at most num_runners calls run at once,
@@ -12,6 +13,7 @@
 // checked against the manifest (aotc::validate_inputs) and be contiguous.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -73,10 +75,13 @@ class CudaExecutor {
  private:
   struct Runner;
   struct Graph;
+  struct Timing;
+  class PinnedPool;
   Runner& acquire();
   void release(Runner& runner);
   std::vector<at::Tensor> run_eager(Runner& runner, const std::vector<at::Tensor>& inputs);
-  std::vector<at::Tensor> run_graph(Runner& runner, const std::vector<at::Tensor>& inputs);
+  std::vector<at::Tensor> run_graph(Runner& runner, const std::vector<at::Tensor>& inputs,
+                                    std::chrono::steady_clock::time_point entered);
   Graph& graph_for(Runner& runner, int64_t bucket);
   int64_t bucket_for(int64_t batch) const;
   torch::inductor::AOTIModelPackageLoader& loader_for(int64_t batch);
@@ -85,6 +90,8 @@ class CudaExecutor {
   int device_index_ = 0;
   bool graphs_ = false;
   std::vector<int64_t> buckets_;
+  std::unique_ptr<Timing> timing_;           // AOTC_CUDA_TIMING set: per-phase means of replayed calls on stderr
+  std::shared_ptr<PinnedPool> output_pool_;  // graphs on: pinned host buffers of the returned outputs
   // With graphs on, the loader runs single-threaded (no per-call CUDA events, which a capture forbids);
   // every call into it (warm-up and capture) holds loader_mu_. Replays never touch the loader.
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
