@@ -11,6 +11,7 @@ starts aotc-server on a free port and stops it on close(); not thread-safe.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -59,9 +60,11 @@ def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: lis
     return float(m.group(1))
 
 
-def infer_body(x, name: str, outputs: list[str] | None = None) -> tuple[bytes, dict]:
+def infer_body(x, name: str, outputs: list[str] | None = None,
+               shm_outputs: dict[str, tuple[str, int]] | None = None) -> tuple[bytes, dict]:
     """One binary-tensor request: a JSON header, then x's bytes (x a torch tensor or a numpy array). `outputs`
-    names the outputs to return (each as binary data); None returns all of them."""
+    names the outputs to return (each as binary data); None returns all of them. `shm_outputs` {output:
+    (region, byte size)} asks for those outputs in registered shared memory regions instead."""
     import numpy as np
 
     arr = np.ascontiguousarray(x if isinstance(x, np.ndarray) else x.numpy())
@@ -71,22 +74,52 @@ def infer_body(x, name: str, outputs: list[str] | None = None) -> tuple[bytes, d
                "parameters": {"binary_data_output": True}}
     if outputs is not None:
         request["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
+    if shm_outputs:
+        request["outputs"] = [{"name": n, "parameters": {"shared_memory_region": r, "shared_memory_byte_size": size}}
+                              for n, (r, size) in shm_outputs.items()]
     header = json.dumps(request).encode()
     return header + arr.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
 
 
-def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None) -> dict:
+def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None,
+              shm_outputs: dict[str, tuple[str, int]] | None = None) -> dict:
     """Closed-loop load of `concurrency` connections for `seconds` after a 1 s warm-up ->
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
     answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout)}.
-    `outputs`: ask only for these outputs (None: all)."""
-    body, headers = infer_body(x, input_name, outputs)
+    `outputs`: ask only for these outputs (None: all); `shm_outputs`: as infer_body (every connection writes
+    the same regions, so only concurrency 1 leaves them meaningful)."""
+    body, headers = infer_body(x, input_name, outputs, shm_outputs)
     with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
         body_path = Path(tmp) / "body.bin"
         body_path.write_bytes(body)
         return _aotc_load(f"http://127.0.0.1:{port}/v2/models/{model}/infer", concurrency, seconds,
                           ["--body", str(body_path), "--header", "Content-Type: application/octet-stream",
                            *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}"))])
+
+
+@contextlib.contextmanager
+def shm_region(port: int, name: str, byte_size: int):
+    """A fresh POSIX shared memory object of `byte_size` bytes, registered with the aotc-server on `port` as
+    region `name` (system shared memory extension; the server needs --allow-shared-memory); yields the
+    multiprocessing SharedMemory, and unregisters and unlinks it on exit."""
+    from multiprocessing import shared_memory
+
+    mem = shared_memory.SharedMemory(create=True, size=byte_size)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        c.request("POST", f"/v2/systemsharedmemory/region/{name}/register",
+                  json.dumps({"key": "/" + mem.name, "offset": 0, "byte_size": byte_size}))
+        r = c.getresponse()
+        if r.status != 200:
+            raise RuntimeError(f"registering shared memory region '{name}': {r.status} {r.read()[:300]!r}")
+        r.read()
+        yield mem
+    finally:
+        c.request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", "")
+        c.getresponse().read()
+        c.close()
+        mem.close()
+        mem.unlink()
 
 
 def get_load(port, path: str, seconds: float) -> dict:

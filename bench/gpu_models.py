@@ -1,7 +1,8 @@
 """Per-call latency on one GPU of the seed MLP (batch 64, fp32) and BERT-base (12x768, seq 128, fp16, batch 1
 and 8): eager; torch.compile default, reduce-overhead, max-autotune; PyTorch's Python AOTI runner; the aotc C++
 runtime (aotc-run --bench) with and without CUDA graphs; aotc-server over HTTP at concurrency 1 and 32 (each
-model on a server of its own); BERT batch-1 requests at concurrency 32 with and without dynamic batching (one
+model on a server of its own; BERT at concurrency 1 also with pooler_output only, and with every output written
+to a shared memory region); BERT batch-1 requests at concurrency 32 with and without dynamic batching (one
 server holding both configs). Writes a markdown table (and a .json
 beside it). Run by bench/gpu.sh on the GPU machine:
   python bench/gpu_models.py --packages DIR [--budget-s S] [--out gpu_bench.md]
@@ -17,8 +18,10 @@ medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -26,7 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_http import Server, aotc_run_p50_us, http_load, server_stats, stats_per_request
+import numpy as np
+
+from gpu_http import Server, aotc_run_p50_us, http_load, server_stats, shm_region, stats_per_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
@@ -227,7 +232,7 @@ def main() -> int:
         # process, the same graph ran about 10% slower on the device (docs/benchmarks.md, fifth set), which a
         # shared server would charge to HTTP.
         for n, model_cfg in (("mlp", {**cfg, "max_batch_size": 1024}), ("bert_base", cfg)):
-            srv = Server({n: (args.packages / f"{n}.pt2", model_cfg)}, tmp / f"server_{n}")
+            srv = Server({n: (args.packages / f"{n}.pt2", model_cfg)}, tmp / f"server_{n}", ("--allow-shared-memory",))
             try:
                 for b in (b for m, b in CASES if m == n):
                     x = make_input(n, b, torch)
@@ -241,6 +246,15 @@ def main() -> int:
                     if n == "bert_base":  # what a classifier client asks for: the pooled output, not 196 KiB a row
                         res[(n, b)]["http c1 pooler_output"] = http_load(
                             srv.port, n, x, input_name[n], 1, args.http_seconds, outputs=["pooler_output"])
+                        # every output into shared memory (a client on the same host): no tensor bytes in the answer
+                        sizes = {o["name"]: b * math.prod(o["shape"][1:]) * np.dtype(o["dtype"]).itemsize
+                                 for o in read_manifest(str(bert))["outputs"]}
+                        with contextlib.ExitStack() as regions:
+                            for name, size in sizes.items():
+                                regions.enter_context(shm_region(srv.port, f"out_{name}", size))
+                            res[(n, b)]["http c1 shared memory"] = http_load(
+                                srv.port, n, x, input_name[n], 1, args.http_seconds,
+                                shm_outputs={name: (f"out_{name}", size) for name, size in sizes.items()})
             finally:
                 srv.close()
         # Batching against unbatched serving: one server holding both, measured one after the other, so each
@@ -259,7 +273,7 @@ def main() -> int:
         finally:
             srv.close()
 
-    part("aotc-server", 9 * args.http_seconds + 50, server)
+    part("aotc-server", 11 * args.http_seconds + 50, server)
 
     for mode in ("default", "reduce-overhead", "max-autotune"):
         key = "compile" if mode == "default" else f"compile-{mode}"
@@ -303,7 +317,8 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, 
             lines.append(f"| {name} | {b} | " + " | ".join(cell(d.get(c), kind) for c in cols) + " |")
         lines.append("")
     for (name, b), d in res.items():
-        for key, what in (("http c1", "all outputs"), ("http c1 pooler_output", "pooler_output only")):
+        for key, what in (("http c1", "all outputs"), ("http c1 pooler_output", "pooler_output only"),
+                          ("http c1 shared memory", "all outputs into shared memory")):
             if d.get(key) and d.get("aotc-run graphs"):
                 lines.append(f"aotc-server at concurrency 1 adds {d[key]['p50_ms'] - d['aotc-run graphs']['host']:.3f}"
                              f" ms at p50 over in-process aotc-run with CUDA graphs ({name}, batch {b}, {what}; "

@@ -61,6 +61,7 @@ def test_thread_and_device_flags_serve_the_same_answers(tmp_path, pkg_mlp, pkg_s
     (["--device-index", "-2"], "--device-index expects an integer in -1..127, got '-2'"),
     (["--device-index", "128"], "--device-index expects an integer in -1..127, got '128'"),
     (["--no-cuda-graphs=0"], "--no-cuda-graphs takes no value"),
+    (["--allow-shared-memory=yes"], "--allow-shared-memory takes no value"),
 ])
 def test_bad_device_and_thread_flags_exit_with_one_line(flags, message):
     r = subprocess.run([str(server_binary()), "--model-repository", ".", *flags],

@@ -165,7 +165,29 @@ const Value* params_of(const Value& obj, const std::string& where) {
   return p;
 }
 
-Tensor parse_input(const Value& in, size_t index, std::string_view blobs, size_t& blob_offset) {
+// Triton's shared-memory parameters: region and byte size together (offset optional), or neither.
+std::optional<SharedMemoryRef> shm_param(const Value* params, const std::string& where) {
+  if (!params) return std::nullopt;
+  const Value* region = member(*params, "shared_memory_region");
+  auto size = int_param(params, "shared_memory_byte_size", where);
+  auto offset = int_param(params, "shared_memory_offset", where);
+  if (!region && !size && !offset) return std::nullopt;
+  if (!region || !size)
+    throw bad_request(where + ": shared memory needs both parameters 'shared_memory_region' and "
+                      "'shared_memory_byte_size' (and optionally 'shared_memory_offset')");
+  if (!region->IsString() || region->GetStringLength() == 0)
+    throw bad_request(where + ": parameter 'shared_memory_region' must be a region name");
+  if (*size < 0 || offset.value_or(0) < 0)
+    throw bad_request(where + ": shared_memory_byte_size and shared_memory_offset must not be negative");
+  SharedMemoryRef ref;
+  ref.region = region->GetString();
+  ref.byte_size = static_cast<uint64_t>(*size);
+  ref.offset = static_cast<uint64_t>(offset.value_or(0));
+  return ref;
+}
+
+Tensor parse_input(const Value& in, size_t index, std::string_view blobs, size_t& blob_offset,
+                   std::optional<SharedMemoryRef>& shm) {
   std::string where = "inputs[" + std::to_string(index) + "]";
   if (!in.IsObject()) throw bad_request(where + " must be a JSON object");
   Tensor t;
@@ -189,6 +211,17 @@ Tensor parse_input(const Value& in, size_t index, std::string_view blobs, size_t
   const Value* params = params_of(in, where);
   auto binary_size = int_param(params, "binary_data_size", where);
   const Value* data = member(in, "data");
+  shm = shm_param(params, where);
+  if (shm) {
+    if (data || binary_size)
+      throw bad_request(where + ": has shared memory and also " + (data ? "'data'" : "binary_data_size") +
+                        "; send one");
+    if (t.type != WireType::BYTES && *count * wire_type_size(t.type) != shm->byte_size)
+      throw bad_request(where + ": shape " + shape_str(t.shape) + " of " + dt + " needs " +
+                        std::to_string(*count * wire_type_size(t.type)) + " bytes, shared_memory_byte_size is " +
+                        std::to_string(shm->byte_size));
+    return t;  // its bytes are filled in from the region (SharedMemoryRegistry::resolve)
+  }
   if (binary_size) {
     if (data) throw bad_request(where + ": has both 'data' and parameters.binary_data_size; send one");
     if (*binary_size < 0 || static_cast<uint64_t>(*binary_size) > blobs.size() - blob_offset)
@@ -235,7 +268,11 @@ InferRequest parse_infer_request(std::string_view body, size_t json_length) {
   if (!inputs || !inputs->IsArray() || inputs->Empty())
     throw bad_request("request has no 'inputs' (expected a non-empty list of tensors)");
   size_t offset = 0;
-  for (size_t i = 0; i < inputs->Size(); ++i) req.inputs.push_back(parse_input((*inputs)[i], i, blobs, offset));
+  for (size_t i = 0; i < inputs->Size(); ++i) {
+    std::optional<SharedMemoryRef> shm;
+    req.inputs.push_back(parse_input((*inputs)[i], i, blobs, offset, shm));
+    if (shm) req.input_shm[i] = std::move(*shm);
+  }
   if (offset != blobs.size())
     throw bad_request("the body has " + std::to_string(blobs.size() - offset) +
                       " bytes after the JSON header that no input's binary_data_size accounts for");
@@ -249,6 +286,9 @@ InferRequest parse_infer_request(std::string_view body, size_t json_length) {
       r.name = require_string(o, "name", where);
       const Value* p = params_of(o, where);
       r.binary = bool_param(p, "binary_data", where);
+      r.shm = shm_param(p, where);
+      if (r.shm && r.binary.value_or(false))
+        throw bad_request(where + ": binary_data true and shared memory exclude each other; ask for one");
       if (p && member(*p, "classification"))
         throw bad_request(where + ": the classification extension is not supported");
       req.outputs.push_back(std::move(r));
@@ -313,7 +353,13 @@ std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_len
     w.Key("name"); w.String(o.tensor.name.c_str());
     w.Key("datatype"); w.String(wire_type_name(o.tensor.type));
     w.Key("shape"); write_shape(w, o.tensor.shape);
-    if (o.binary) {
+    if (o.shm) {
+      w.Key("parameters"); w.StartObject();
+      w.Key("shared_memory_region"); w.String(o.shm->region.c_str());
+      w.Key("shared_memory_byte_size"); w.Uint64(o.tensor.bytes.size());
+      if (o.shm->offset) { w.Key("shared_memory_offset"); w.Uint64(o.shm->offset); }
+      w.EndObject();
+    } else if (o.binary) {
       any_binary = true;
       w.Key("parameters"); w.StartObject();
       w.Key("binary_data_size"); w.Uint64(o.tensor.bytes.size());
@@ -328,8 +374,41 @@ std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_len
   std::vector<Bytes> pieces{Bytes(std::string(sb.GetString(), sb.GetSize()))};
   *json_length = any_binary ? sb.GetSize() : std::string::npos;
   for (const auto& o : r.outputs)
-    if (o.binary) pieces.push_back(o.tensor.bytes);  // views of the output tensors: written to the socket as they are
+    if (o.binary && !o.shm) pieces.push_back(o.tensor.bytes);  // views of the output tensors: written to the socket as they are
   return pieces;
+}
+
+SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view body) {
+  rapidjson::Document doc;
+  parse_document(doc, body, "the shared memory registration");
+  const std::string where = "registration of shared memory region '" + name + "'";
+  if (!doc.IsObject()) throw bad_request(where + " must be a JSON object {\"key\", \"offset\", \"byte_size\"}");
+  SharedMemoryRegion r;
+  r.name = name;
+  r.key = require_string(doc, "key", where);
+  auto offset = int_param(&doc, "offset", where);
+  auto size = int_param(&doc, "byte_size", where);
+  if (!size) throw bad_request(where + ": missing integer field 'byte_size'");
+  if (*size < 0 || offset.value_or(0) < 0) throw bad_request(where + ": 'offset' and 'byte_size' must not be negative");
+  r.offset = static_cast<uint64_t>(offset.value_or(0));
+  r.byte_size = static_cast<uint64_t>(*size);
+  return r;
+}
+
+std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions) {
+  rapidjson::StringBuffer sb;
+  Writer w(sb);
+  w.StartArray();
+  for (const auto& r : regions) {
+    w.StartObject();
+    w.Key("name"); w.String(r.name.c_str());
+    w.Key("key"); w.String(r.key.c_str());
+    w.Key("offset"); w.Uint64(r.offset);
+    w.Key("byte_size"); w.Uint64(r.byte_size);
+    w.EndObject();
+  }
+  w.EndArray();
+  return std::string(sb.GetString(), sb.GetSize());
 }
 
 ModelConfig parse_model_config(const std::string& text) {

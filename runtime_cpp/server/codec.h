@@ -25,6 +25,11 @@ InferRequest parse_infer_request(std::string_view body, size_t json_length);
 // binary, else npos (the body is the JSON alone).
 std::vector<Bytes> write_infer_response(const InferResponse& response, size_t* json_length);
 
+// The body of POST /v2/systemsharedmemory/region/{name}/register: {"key", "offset" (optional), "byte_size"}.
+SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view body);
+// GET /v2/systemsharedmemory[/region/{name}]/status: [{"name", "key", "offset", "byte_size"}, ...]
+std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions);
+
 // DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field.
 ModelConfig parse_model_config(const std::string& text);
 

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   info.version = "0.1.0";
   info.extensions = {"binary_tensor_data", "parameters", "statistics", "model_repository", "model_configuration",
                      "schedule_policy"};
+  if (options.allow_shared_memory) info.extensions.push_back("system_shared_memory");
   HttpServer http(options, repo, info);
   int port = 0;
   try {

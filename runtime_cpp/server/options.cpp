@@ -21,7 +21,9 @@ const char* usage() {
          "  --device-index N         GPU for CUDA packages unless config.json says 'device_index' (default -1: current)\n"
          "  --no-cuda-graphs         run CUDA packages without CUDA graphs\n"
          "  --intra-op-threads N     threads each CPU model call may use (default: torch's, one per core);\n"
-         "                           1 keeps batch-1 latency steady on a busy machine\n";
+         "                           1 keeps batch-1 latency steady on a busy machine\n"
+         "  --allow-shared-memory    let clients register POSIX shared memory regions for inputs and outputs\n"
+         "                           (Triton's system shared memory extension; same-host clients only)\n";
 }
 
 namespace {
@@ -54,10 +56,11 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       inline_value = true;
     }
     if (flag == "--help" || flag == "-h") { *help = true; return o; }
-    if (flag == "--log-requests" || flag == "--no-cuda-graphs") {
+    if (flag == "--log-requests" || flag == "--no-cuda-graphs" || flag == "--allow-shared-memory") {
       if (inline_value) throw std::invalid_argument(flag + " takes no value; see --help");
       if (flag == "--log-requests") o.log_requests = true;
-      else o.cuda_graphs = false;
+      else if (flag == "--no-cuda-graphs") o.cuda_graphs = false;
+      else o.allow_shared_memory = true;
       continue;
     }
     static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",

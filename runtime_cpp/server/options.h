@@ -21,6 +21,7 @@ struct ServerOptions {
   int device_index = -1;                    // CUDA packages: GPU to load on (config.json may override); -1 current
   bool cuda_graphs = true;                  // CUDA packages: replay a CUDA graph per batch bucket
   int intra_op_threads = 0;                 // > 0: at::set_num_threads before any model loads; 0: torch's default
+  bool allow_shared_memory = false;         // Triton's system shared memory extension (shared_memory.h)
 };
 
 // Parses argv (`--flag value` or `--flag=value`). Throws std::invalid_argument with one line naming the

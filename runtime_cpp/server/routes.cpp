@@ -91,7 +91,7 @@ struct Routes::Call {
 };
 
 Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
-    : options_(options), repo_(repo), info_(std::move(info)) {
+    : options_(options), repo_(repo), info_(std::move(info)), shm_(options.allow_shared_memory) {
   const std::string m = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
   auto json = [](Reply& r, std::string body, int status = 200) {
     r.status = status;
@@ -112,6 +112,7 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
            req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
            req.model = c.model();
            req.version = c.version();
+           s.shm_.resolve(req);
          }
          size_t json_length = 0;
          r.body = codec::write_infer_response(service::infer(s.repo_, std::move(req)), &json_length);
@@ -167,6 +168,19 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
       {"POST", std::regex("/v2/repository/models/([^/]+)/unload"),
        [json](Routes& s, Call& c, Reply& r) {
          s.repo_.unload_model(c.model());
+         json(r, "{}");
+       }},
+      // Triton's system shared memory extension (shared_memory.h); 403 unless --allow-shared-memory.
+      {"GET", std::regex("/v2/systemsharedmemory(?:/region/([^/]+))?/status"),
+       [json](Routes& s, Call& c, Reply& r) { json(r, codec::write_shm_status(s.shm_.status(c.model()))); }},
+      {"POST", std::regex("/v2/systemsharedmemory/region/([^/]+)/register"),
+       [json](Routes& s, Call& c, Reply& r) {
+         s.shm_.add(codec::parse_shm_register(c.model(), c.body));
+         json(r, "{}");
+       }},
+      {"POST", std::regex("/v2/systemsharedmemory(?:/region/([^/]+))?/unregister"),
+       [json](Routes& s, Call& c, Reply& r) {
+         s.shm_.remove(c.model());
          json(r, "{}");
        }},
       {"GET", std::regex("/metrics"),

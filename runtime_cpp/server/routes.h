@@ -15,6 +15,7 @@
 
 #include "options.h"
 #include "repository.h"
+#include "shared_memory.h"
 #include "types.h"
 
 namespace aotc::server {
@@ -61,6 +62,7 @@ class Routes {
   Repository& repo_;
   ServerInfo info_;
   std::atomic<bool> ready_{false};
+  SharedMemoryRegistry shm_;
   std::vector<Route> routes_;
 };
 

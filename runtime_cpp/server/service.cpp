@@ -3,6 +3,7 @@
 #include "service.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -64,7 +65,12 @@ InferResponse infer(const Repository& repo, InferRequest request) {
   auto sched = repo.get(request.model, request.version);
   const ModelInfo& info = sched->info();
   std::vector<Tensor> inputs;
-  std::vector<std::pair<size_t, bool>> wanted;  // output index, binary
+  struct Wanted {
+    size_t index;
+    bool binary;
+    std::optional<SharedMemoryRef> shm;
+  };
+  std::vector<Wanted> wanted;
   try {
     inputs = validate(info, request.inputs);
     std::set<std::string> asked;
@@ -73,25 +79,38 @@ InferResponse infer(const Repository& repo, InferRequest request) {
       if (it == info.outputs.end())
         throw bad_request("unknown output '" + o.name + "'; model '" + info.name + "' returns " + names(info.outputs));
       if (!asked.insert(o.name).second) throw bad_request("output '" + o.name + "' is requested twice");
-      wanted.emplace_back(it - info.outputs.begin(), o.binary.value_or(request.binary_output_default));
+      wanted.push_back({static_cast<size_t>(it - info.outputs.begin()),
+                        o.binary.value_or(request.binary_output_default), o.shm});
     }
   } catch (const ServeError&) {
     sched->record_failure("REJECTED");
     throw;
   }
   if (request.outputs.empty())
-    for (size_t i = 0; i < info.outputs.size(); ++i) wanted.emplace_back(i, request.binary_output_default);
+    for (size_t i = 0; i < info.outputs.size(); ++i) wanted.push_back({i, request.binary_output_default, {}});
 
   std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us);
   InferResponse r;
   r.model_name = info.name;
   r.model_version = info.version;
   r.id = std::move(request.id);
-  for (auto [i, binary] : wanted) {
+  for (auto& [i, binary, shm] : wanted) {
     if (i >= outs.size()) throw ServeError(500, "the model returned " + std::to_string(outs.size()) + " outputs, its manifest names " + std::to_string(info.outputs.size()));
     OutputTensor o;
     o.tensor = std::move(outs[i]);
     o.tensor.name = info.outputs[i].name;
+    if (shm) {
+      if (!shm->data) throw ServeError(500, "output '" + o.tensor.name + "': its shared memory region was not resolved");
+      const size_t n = o.tensor.bytes.size();
+      if (n > shm->byte_size)
+        throw bad_request("output '" + o.tensor.name + "' " + shape_str(o.tensor.shape) + " is " + std::to_string(n) +
+                          " bytes, shared_memory_byte_size gives it " + std::to_string(shm->byte_size) +
+                          " in region '" + shm->region + "'");
+      std::memcpy(shm->data.get(), o.tensor.bytes.data(), n);
+      o.shm = std::move(shm);
+      r.outputs.push_back(std::move(o));
+      continue;
+    }
     // FP16/BF16/BYTES have no JSON form here: they always travel binary.
     o.binary = binary || o.tensor.type == WireType::FP16 || o.tensor.type == WireType::BF16;
     r.outputs.push_back(std::move(o));

@@ -122,9 +122,29 @@ struct ModelConfig {
 };
 
 // ---- inference ----
+// Where a tensor lies in a registered shared memory region (Triton's shared_memory_region,
+// shared_memory_offset and shared_memory_byte_size parameters). `data` is set when the region is resolved
+// (shared_memory.h): the byte at `offset`, keeping the region mapped while the request holds it.
+struct SharedMemoryRef {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+  std::shared_ptr<char> data;
+};
+
+// A registered region (system shared memory extension): byte_size bytes at offset of the POSIX shared
+// memory object `key`.
+struct SharedMemoryRegion {
+  std::string name;
+  std::string key;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
 struct RequestedOutput {
   std::string name;
   std::optional<bool> binary;  // per-output binary_data; nullopt = request default
+  std::optional<SharedMemoryRef> shm;  // write the output there instead of into the answer
 };
 
 struct InferRequest {
@@ -132,6 +152,7 @@ struct InferRequest {
   std::string version;                   // "" = the default version
   std::optional<std::string> id;
   std::vector<Tensor> inputs;
+  std::map<size_t, SharedMemoryRef> input_shm;  // by index into inputs: their bytes lie in shared memory
   std::vector<RequestedOutput> outputs;  // empty = all outputs
   bool binary_output_default = false;    // request parameter binary_data_output
   std::optional<int64_t> timeout_us;     // reserved parameter `timeout`
@@ -140,6 +161,7 @@ struct InferRequest {
 struct OutputTensor {
   Tensor tensor;
   bool binary = false;
+  std::optional<SharedMemoryRef> shm;  // the bytes were written there; the answer names the region only
 };
 
 struct InferResponse {

@@ -1,0 +1,127 @@
+// SharedMemoryRegistry (shared_memory.h): shm_open + mmap per region, looked up by name under one mutex.
+#include "shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace aotc::server {
+
+// One mapped region: [offset, offset + byte_size) of the object, mapped from the page holding `offset`.
+struct SharedMemoryRegistry::Mapping {
+  SharedMemoryRegion region;
+  void* base = MAP_FAILED;
+  size_t length = 0;
+  char* data = nullptr;  // the byte at region.offset
+  ~Mapping() {
+    if (base != MAP_FAILED) ::munmap(base, length);
+  }
+};
+
+void SharedMemoryRegistry::check_enabled() const {
+  if (!enabled_)
+    throw ServeError(403, "system shared memory is off; start aotc-server with --allow-shared-memory to use it");
+}
+
+void SharedMemoryRegistry::add(const SharedMemoryRegion& region) {
+  check_enabled();
+  const std::string what = "shared memory region '" + region.name + "'";
+  if (region.name.empty()) throw bad_request("a shared memory region needs a name");
+  if (region.key.empty()) throw bad_request(what + ": 'key' must name a POSIX shared memory object, e.g. '/input0'");
+  if (region.byte_size == 0) throw bad_request(what + ": 'byte_size' must be at least 1");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (regions_.count(region.name))
+      throw bad_request(what + " is already registered; unregister it first");
+  }
+  int fd = ::shm_open(region.key.c_str(), O_RDWR, 0);
+  if (fd < 0)
+    throw bad_request(what + ": cannot open shared memory object '" + region.key + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < region.offset ||
+      static_cast<uint64_t>(st.st_size) - region.offset < region.byte_size) {
+    ::close(fd);
+    throw bad_request(what + ": offset " + std::to_string(region.offset) + " + byte_size " +
+                      std::to_string(region.byte_size) + " exceeds the " + std::to_string(st.st_size) +
+                      " bytes of object '" + region.key + "'");
+  }
+  auto m = std::make_shared<Mapping>();
+  m->region = region;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = region.offset / page * page;
+  m->length = static_cast<size_t>(region.offset - start + region.byte_size);
+  m->base = ::mmap(nullptr, m->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+  const int err = errno;
+  ::close(fd);
+  if (m->base == MAP_FAILED) throw bad_request(what + ": cannot map '" + region.key + "': " + std::strerror(err));
+  m->data = static_cast<char*>(m->base) + (region.offset - start);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!regions_.emplace(region.name, std::move(m)).second)  // registered meanwhile by another request
+    throw bad_request(what + " is already registered; unregister it first");
+}
+
+void SharedMemoryRegistry::remove(const std::string& name) {
+  check_enabled();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (name.empty()) regions_.clear();
+  else regions_.erase(name);
+}
+
+std::vector<SharedMemoryRegion> SharedMemoryRegistry::status(const std::string& name) const {
+  check_enabled();
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<SharedMemoryRegion> out;
+  if (!name.empty()) {
+    auto it = regions_.find(name);
+    if (it == regions_.end()) throw not_found("no shared memory region '" + name + "' is registered");
+    out.push_back(it->second->region);
+    return out;
+  }
+  for (const auto& [n, m] : regions_) out.push_back(m->region);
+  return out;
+}
+
+std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, const std::string& what) const {
+  std::shared_ptr<Mapping> m;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = regions_.find(ref.region);
+    if (it == regions_.end())
+      throw bad_request(what + ": no shared memory region '" + ref.region + "' is registered");
+    m = it->second;
+  }
+  if (ref.offset > m->region.byte_size || ref.byte_size > m->region.byte_size - ref.offset)
+    throw bad_request(what + ": shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
+                      std::to_string(ref.byte_size) + " exceeds region '" + ref.region + "' (" +
+                      std::to_string(m->region.byte_size) + " bytes)");
+  char* p = m->data + ref.offset;
+  return std::shared_ptr<char>(std::move(m), p);  // shares the mapping's lifetime
+}
+
+void SharedMemoryRegistry::resolve(InferRequest& request) const {
+  if (request.input_shm.empty() && std::none_of(request.outputs.begin(), request.outputs.end(),
+                                                [](const RequestedOutput& o) { return o.shm.has_value(); }))
+    return;
+  check_enabled();
+  for (auto& [index, ref] : request.input_shm) {
+    Tensor& t = request.inputs.at(index);
+    ref.data = locate(ref, "input '" + t.name + "'");
+    // A view of the region where the bytes are aligned like a heap allocation; a copy where the client's
+    // offset is not, so that no kernel meets a tensor at an odd address.
+    const char* p = ref.data.get();
+    const size_t n = static_cast<size_t>(ref.byte_size);
+    if (reinterpret_cast<uintptr_t>(p) % alignof(std::max_align_t) == 0) t.bytes = Bytes(ref.data, p, n);
+    else t.bytes = Bytes(std::string(p, n));
+  }
+  for (auto& o : request.outputs)
+    if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'");
+}
+
+}  // namespace aotc::server

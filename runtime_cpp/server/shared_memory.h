@@ -1,0 +1,50 @@
+// Triton's system shared memory extension: POSIX shared memory objects a client created (shm_open) and
+// registered by name, from which inputs are read and into which outputs are written, instead of travelling in
+// the HTTP body. For a client on the same host, a large tensor then costs one memcpy instead of a trip
+// through the TCP stack. Off unless aotc-server runs with --allow-shared-memory: a registered key gives the
+// client read and write access to that object with the server's rights.
+//
+// Ownership: the registry maps each region; a resolved SharedMemoryRef shares the mapping, so a region
+// unregistered while a request uses it is unmapped when the request lets go. Thread-safe: every call may come
+// from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "types.h"
+
+namespace aotc::server {
+
+class SharedMemoryRegistry {
+ public:
+  explicit SharedMemoryRegistry(bool enabled) : enabled_(enabled) {}
+  bool enabled() const { return enabled_; }
+
+  // Maps `byte_size` bytes at `offset` of the object `key`. ServeError 400: name taken, no such object, the
+  // object smaller than offset + byte_size; 403 when the extension is off.
+  void add(const SharedMemoryRegion& region);
+  // Unregisters `name` ("" = every region); an unknown name is not an error (as Triton).
+  void remove(const std::string& name);
+  // The registered regions, or the one named (404 when unknown).
+  std::vector<SharedMemoryRegion> status(const std::string& name) const;
+
+  // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) at its
+  // region. ServeError 400 for an unknown region or a range past its end; 403 when the extension is off.
+  void resolve(InferRequest& request) const;
+
+ private:
+  struct Mapping;
+  void check_enabled() const;
+  std::shared_ptr<char> locate(const SharedMemoryRef& ref, const std::string& what) const;
+
+  bool enabled_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Mapping>> regions_;
+};
+
+}  // namespace aotc::server

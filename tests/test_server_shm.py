@@ -1,0 +1,189 @@
+"""aotc-server's system shared memory extension (Triton's), black box: regions created and registered with
+tritonclient's own helpers (tritonclient.utils.shared_memory, tritonclient.http), inputs read from them and
+outputs written into them, checked against the packages' eager samples; regions mixed with binary tensors in one
+request; the status and unregister endpoints; and the refusals: the extension off (403), an unknown region, a
+range past a region's end, a byte size that does not match the shape, an output larger than its region, a
+registration of a missing object. After each refusal the server keeps serving."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from conftest import read_samples
+from servers import Server
+
+pytestmark = pytest.mark.timeout(120)
+httpclient = pytest.importorskip("tritonclient.http")
+shm = pytest.importorskip("tritonclient.utils.shared_memory")
+
+
+@pytest.fixture(scope="module")
+def srv(model_repository):
+    with Server("cpp", model_repository, "--allow-shared-memory") as s:
+        yield s
+
+
+@pytest.fixture
+def client(srv):
+    c = httpclient.InferenceServerClient(f"127.0.0.1:{srv.port}", network_timeout=60)
+    yield c
+    c.unregister_system_shared_memory()
+    c.close()
+
+
+@pytest.fixture
+def region():
+    """region(name, byte_size) -> a fresh POSIX shared memory object (key unique to the test), destroyed after."""
+    made = []
+
+    def make(name: str, byte_size: int):
+        key = f"/aotc_test_{name}_{uuid.uuid4().hex[:8]}"
+        handle = shm.create_shared_memory_region(name, key, byte_size, create_only=True)
+        made.append(handle)
+        return handle, key
+
+    yield make
+    for h in made:
+        shm.destroy_shared_memory_region(h)
+
+
+def mlp_rows(pkg_mlp, n=4):
+    inputs, outputs = read_samples(pkg_mlp)[0]
+    return inputs[0][:n].astype(np.float32), outputs[0][:n]
+
+
+def test_inputs_and_outputs_in_shared_memory(client, region, pkg_mlp, srv):
+    x, ref = mlp_rows(pkg_mlp)
+    h_in, key_in = region("mlp_in", x.nbytes)
+    h_out, key_out = region("mlp_out", ref.nbytes)
+    shm.set_shared_memory_region(h_in, [x])
+    client.register_system_shared_memory("mlp_in", key_in, x.nbytes)
+    client.register_system_shared_memory("mlp_out", key_out, ref.nbytes)
+    status = {r["name"]: r for r in client.get_system_shared_memory_status()}
+    assert status["mlp_in"] == {"name": "mlp_in", "key": key_in, "offset": 0, "byte_size": x.nbytes}
+    assert set(status) == {"mlp_in", "mlp_out"}
+
+    inp = httpclient.InferInput("x", list(x.shape), "FP32")
+    inp.set_shared_memory("mlp_in", x.nbytes)
+    out = httpclient.InferRequestedOutput("output0")
+    out.set_shared_memory("mlp_out", ref.nbytes)
+    r = client.infer("mlp", [inp], outputs=[out])
+    o = r.get_output("output0")
+    assert o["parameters"] == {"shared_memory_region": "mlp_out", "shared_memory_byte_size": ref.nbytes}
+    assert "data" not in o  # the bytes are in the region, not in the answer
+    got = shm.get_contents_as_numpy(h_out, np.float32, o["shape"])
+    assert np.allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+    client.unregister_system_shared_memory("mlp_in")
+    assert [r["name"] for r in client.get_system_shared_memory_status()] == ["mlp_out"]
+    assert "system_shared_memory" in client.get_server_metadata()["extensions"]
+
+
+def test_offsets_and_mixed_with_binary_tensors(client, region, srv):
+    """One region holds INPUT0 at offset 64 and OUTPUT0 after it; INPUT1 and OUTPUT1 travel in the body."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(-1000, 1000, (2, 16), dtype=np.int32)
+    b = rng.integers(-1000, 1000, (2, 16), dtype=np.int32)
+    h, key = region("simple_io", 64 + 2 * a.nbytes)
+    shm.set_shared_memory_region(h, [a], offset=64)
+    client.register_system_shared_memory("simple_io", key, 64 + 2 * a.nbytes)
+    i0 = httpclient.InferInput("INPUT0", [2, 16], "INT32")
+    i0.set_shared_memory("simple_io", a.nbytes, offset=64)
+    i1 = httpclient.InferInput("INPUT1", [2, 16], "INT32")
+    i1.set_data_from_numpy(b)
+    o0 = httpclient.InferRequestedOutput("OUTPUT0")
+    o0.set_shared_memory("simple_io", a.nbytes, offset=64 + a.nbytes)
+    o1 = httpclient.InferRequestedOutput("OUTPUT1")
+    r = client.infer("simple", [i0, i1], outputs=[o0, o1])
+    assert r.get_output("OUTPUT0")["parameters"]["shared_memory_offset"] == 64 + a.nbytes
+    got0 = shm.get_contents_as_numpy(h, np.int32, [2, 16], offset=64 + a.nbytes)
+    assert np.array_equal(got0, a + b)
+    assert np.array_equal(r.as_numpy("OUTPUT1"), a - b)
+    assert np.array_equal(shm.get_contents_as_numpy(h, np.int32, [2, 16], offset=64), a)  # input left as it was
+
+
+def test_unaligned_offset(client, region, srv):
+    """An input at an offset no allocation would give (a copy is made) still reads right."""
+    rng = np.random.default_rng(4)
+    a = rng.integers(-1000, 1000, (1, 16), dtype=np.int32)
+    b = rng.integers(-1000, 1000, (1, 16), dtype=np.int32)
+    h, key = region("odd", 4 + 2 * a.nbytes)
+    shm.set_shared_memory_region(h, [a, b], offset=4)
+    client.register_system_shared_memory("odd", key, 4 + 2 * a.nbytes)
+    i0 = httpclient.InferInput("INPUT0", [1, 16], "INT32")
+    i0.set_shared_memory("odd", a.nbytes, offset=4)
+    i1 = httpclient.InferInput("INPUT1", [1, 16], "INT32")
+    i1.set_shared_memory("odd", b.nbytes, offset=4 + a.nbytes)
+    r = client.infer("simple", [i0, i1])
+    assert np.array_equal(r.as_numpy("OUTPUT0"), a + b) and np.array_equal(r.as_numpy("OUTPUT1"), a - b)
+
+
+def infer_status(srv, model, request):
+    return srv.json("POST", f"/v2/models/{model}/infer", request)
+
+
+def test_refusals_name_the_fault_and_the_server_keeps_serving(client, region, pkg_mlp, srv):
+    x, ref = mlp_rows(pkg_mlp, 2)
+    h, key = region("small", x.nbytes)
+    shm.set_shared_memory_region(h, [x])
+    client.register_system_shared_memory("small", key, x.nbytes)
+    shm_input = {"name": "x", "shape": [2, 512], "datatype": "FP32",
+                 "parameters": {"shared_memory_region": "small", "shared_memory_byte_size": x.nbytes}}
+    json_input = {"name": "x", "shape": [2, 512], "datatype": "FP32", "data": x.ravel().tolist()}
+    cases = [
+        ({"inputs": [{**shm_input, "parameters": {"shared_memory_region": "nope", "shared_memory_byte_size": 4096}}]},
+         "no shared memory region 'nope' is registered"),
+        ({"inputs": [{**shm_input, "parameters": {"shared_memory_region": "small", "shared_memory_byte_size": 4096,
+                                                  "shared_memory_offset": 8}}]},
+         "exceeds region 'small'"),
+        ({"inputs": [{**shm_input, "parameters": {"shared_memory_region": "small", "shared_memory_byte_size": 100}}]},
+         "needs 4096 bytes, shared_memory_byte_size is 100"),
+        ({"inputs": [{**shm_input, "parameters": {"shared_memory_region": "small"}}]},
+         "needs both parameters 'shared_memory_region' and 'shared_memory_byte_size'"),
+        ({"inputs": [{**shm_input, "data": x.ravel().tolist()}]}, "has shared memory and also 'data'"),
+        # 2 rows of output0 need 4096 bytes; the region offers 4096 from offset 0, so ask for fewer
+        ({"inputs": [json_input], "outputs": [{"name": "output0", "parameters": {
+            "shared_memory_region": "small", "shared_memory_byte_size": 1024}}]},
+         "is 4096 bytes, shared_memory_byte_size gives it 1024"),
+        ({"inputs": [json_input], "outputs": [{"name": "output0", "parameters": {
+            "shared_memory_region": "small", "shared_memory_byte_size": 4096, "binary_data": True}}]},
+         "exclude each other"),
+    ]
+    for request, fault in cases:
+        status, body = infer_status(srv, "mlp", request)
+        assert status == 400, (request, body)
+        assert fault in body["error"], body
+        status, body = infer_status(srv, "mlp", {"inputs": [shm_input]})  # still serving, region still good
+        assert status == 200, body
+        assert np.allclose(np.array(body["outputs"][0]["data"], np.float32).reshape(2, -1), ref, atol=1e-4, rtol=1e-4)
+
+    with pytest.raises(Exception, match="already registered"):
+        client.register_system_shared_memory("small", key, x.nbytes)
+    with pytest.raises(Exception, match="cannot open shared memory object"):
+        client.register_system_shared_memory("ghost", "/aotc_test_no_such_object", 16)
+    with pytest.raises(Exception, match="exceeds the"):
+        client.register_system_shared_memory("big", key, x.nbytes, offset=8)
+    status, body = srv.json("GET", "/v2/systemsharedmemory/region/ghost/status")
+    assert status == 404 and "no shared memory region 'ghost'" in body["error"]
+    status, body = srv.json("POST", "/v2/systemsharedmemory/region/r/register", {"offset": 0, "byte_size": 4})
+    assert status == 400 and "'key'" in body["error"]
+
+
+def test_off_without_the_flag(model_repository, pkg_mlp):
+    x, _ = mlp_rows(pkg_mlp, 1)
+    with Server("cpp", model_repository) as s:
+        status, body = s.json("POST", "/v2/systemsharedmemory/region/r/register",
+                              {"key": "/anything", "offset": 0, "byte_size": 16})
+        assert status == 403 and "--allow-shared-memory" in body["error"]
+        status, body = s.json("POST", "/v2/models/mlp/infer", {"inputs": [
+            {"name": "x", "shape": [1, 512], "datatype": "FP32",
+             "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": x.nbytes}}]})
+        assert status == 403 and "--allow-shared-memory" in body["error"]
+        status, meta = s.json("GET", "/v2")
+        assert "system_shared_memory" not in meta["extensions"]
+        status, body = s.json("POST", "/v2/models/mlp/infer", {"inputs": [
+            {"name": "x", "shape": [1, 512], "datatype": "FP32", "data": x.ravel().tolist()}]})
+        assert status == 200
