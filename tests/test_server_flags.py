@@ -8,6 +8,7 @@ Each test starts its own server (tests/servers.py).
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -74,8 +75,15 @@ def test_aotc_serve_passes_the_device_and_thread_flags():
     from aotc.serve import server_argv
 
     argv = server_argv(build_parser().parse_args(
-        ["serve", "repo", "--intra-op-threads", "2", "--device-index", "1", "--no-cuda-graphs"]))
+        ["serve", "repo", "--intra-op-threads", "2", "--device-index", "1", "--no-cuda-graphs",
+         "--allow-shared-memory"]))
     assert argv[argv.index("--intra-op-threads") + 1] == "2" and argv[argv.index("--device-index") + 1] == "1"
-    assert "--no-cuda-graphs" in argv
+    assert "--no-cuda-graphs" in argv and "--allow-shared-memory" in argv
     argv = server_argv(build_parser().parse_args(["serve", "repo"]))
-    assert not {"--intra-op-threads", "--device-index", "--no-cuda-graphs"} & set(argv)
+    assert not {"--intra-op-threads", "--device-index", "--no-cuda-graphs", "--allow-shared-memory"} & set(argv)
+
+
+def test_aotc_serve_python_refuses_shared_memory(tmp_path):
+    r = subprocess.run([sys.executable, "-c", "import sys; from aotc.cli import main; sys.exit(main())", "serve",
+                        "--python", str(tmp_path), "--allow-shared-memory"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "the FastAPI baseline (--python) has no shared memory extension" in r.stderr, r.stderr

@@ -42,6 +42,8 @@ def server_argv(args) -> list[str]:
         argv += ["--device-index", str(args.device_index)]
     if getattr(args, "no_cuda_graphs", False):
         argv.append("--no-cuda-graphs")
+    if getattr(args, "allow_shared_memory", False):
+        argv.append("--allow-shared-memory")
     return argv
 
 
