@@ -96,6 +96,27 @@ def test_cli_prints_one_line_for_a_bad_model_file(args, fragment, capsys, monkey
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("value", ["buckets:0", "buckets:x", "buckets:"])
+def test_cli_refuses_bad_bucket_caps(value, capsys):
+    from aotc.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "models/mlp.py", "--static-batches", value])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "expected buckets:N with N a whole number >= 1" in err, err
+
+
+def test_cli_takes_buckets():
+    from aotc.cli import build_parser
+    from aotc.pipeline import _static_batches_option
+
+    for value in ("buckets", "buckets:32"):
+        args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", value])
+        assert _static_batches_option(args.static_batches) == value
+    args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", "8,1"])
+    assert _static_batches_option(args.static_batches) == (8, 1)
+
+
 @pytest.mark.parametrize("args", [["--static-batches", "8,x"], ["--static-batches", "0"], ["--static-batches", ""],
                                   ["--example-batch", "0"], ["--example-batch", "many"]])
 def test_cli_refuses_bad_batch_sizes(args, capsys):

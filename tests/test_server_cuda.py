@@ -37,11 +37,9 @@ def server_bin(monkeypatch):
 
 def buckets(max_batch: int) -> list[int]:
     """runtime_cpp/src/cuda_graphs.cpp batch_buckets(1, max): powers of two below max, then max."""
-    out, b = [], 1
-    while b < max_batch:
-        out.append(b)
-        b *= 2
-    return out + [max_batch]
+    from aotc.pipeline import graph_buckets
+
+    return graph_buckets(1, max_batch)
 
 
 def send_rows(s, xs, ys, tol, n):

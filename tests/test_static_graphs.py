@@ -92,3 +92,19 @@ def test_static_graph_plan():
         static_graph_plan((8,), None)
     with pytest.raises(ExportError, match=r"\[128\] outside the batch range \[1, 64\]"):
         static_graph_plan((8, 128), {"min": 1, "max": 64})
+
+
+def test_static_graph_plan_for_the_buckets():
+    """`--static-batches buckets[:N]`: the runtime's CUDA-graph buckets of the batch range (up to N)."""
+    def batches(sizes, lo, hi):
+        return [g["batch"] for g in static_graph_plan(sizes, {"min": lo, "max": hi})]
+
+    assert batches("buckets", 1, 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert batches("buckets:32", 1, 64) == [1, 2, 4, 8, 16, 32]
+    assert batches("buckets:40", 1, 64) == [1, 2, 4, 8, 16, 32]
+    assert batches("buckets", 3, 20) == [4, 8, 16, 20]  # a batch of 3 pads to 4
+    assert batches("buckets", 8, 8) == [8]
+    with pytest.raises(ExportError, match=r"no bucket of the batch range \[3, 20\] is at most 2"):
+        static_graph_plan("buckets:2", {"min": 3, "max": 20})
+    with pytest.raises(ExportError, match="--static-batches buckets: the model has no dynamic batch dim"):
+        static_graph_plan("buckets", None)

@@ -28,6 +28,19 @@ def size_list(text: str) -> list[int]:
     return [positive_int(t) for t in text.split(",")]
 
 
+def static_batches(text: str) -> list[int] | str:
+    """`N,N,...`, or `buckets` / `buckets:N` (the runtime's CUDA-graph buckets in the batch range, up to N),
+    expanded once the batch range is known (pipeline.static_graph_plan)."""
+    if text == "buckets" or text.startswith("buckets:"):
+        if text != "buckets":
+            try:
+                positive_int(text.split(":", 1)[1])
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(f"expected buckets:N with N a whole number >= 1, got {text!r}")
+        return text
+    return size_list(text)
+
+
 def _add_export(sub) -> None:
     p = sub.add_parser("export", help="export a model file to a verified AOTInductor .pt2 package",
                        description="Run the model eagerly, torch.export it, compile it with AOTInductor, write "
@@ -40,10 +53,11 @@ def _add_export(sub) -> None:
                    help="cast the model and its float inputs to this dtype")
     p.add_argument("--dynamic-batch", metavar="MIN:MAX", help="make dim 0 of every input a batch dim in "
                    "[MIN, MAX] (overrides the file's dynamic_shapes() for dim 0)")
-    p.add_argument("--static-batches", type=size_list, metavar="N,N,...",
+    p.add_argument("--static-batches", type=static_batches, metavar="N,N,...|buckets[:N]",
                    help="also compile a graph with a static batch of each size into the package; the C++ "
-                        "runtime runs it for calls of that batch (with CUDA graphs: for that bucket). Each "
-                        "graph carries its own copy of the weights")
+                        "runtime runs it for calls of that batch (with CUDA graphs: for that bucket). "
+                        "'buckets' takes every CUDA-graph bucket of the batch range (powers of two, and the "
+                        "maximum), 'buckets:N' those up to N. Each graph carries its own copy of the weights")
     p.add_argument("--example-batch", type=positive_int, metavar="N",
                    help="trace and tune at batch N: example inputs from the file's make_inputs(N), else its "
                         "example rows repeated (Inductor picks kernel launch configs for the example's sizes)")

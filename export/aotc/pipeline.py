@@ -28,7 +28,8 @@ class ExportOptions:
     dtype: str = "fp32"
     dynamic_batch: tuple[int, int] | None = None
     example_batch: int | None = None  # trace and tune at this batch size (load_model.with_example_batch)
-    static_batches: tuple[int, ...] = ()  # also compile a graph with dim 0 static at each of these sizes
+    # also compile a graph with dim 0 static at each of these sizes; or "buckets" / "buckets:N" (static_graph_plan)
+    static_batches: tuple[int, ...] | str = ()
     max_autotune: bool = False
     freezing: bool | None = None  # None: compile.DEVICE_DEFAULTS
     inductor_extra: dict = dataclasses.field(default_factory=dict)  # --inductor-config KEY=VALUE, applied last
@@ -74,7 +75,11 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise ExportError("--device cuda asked for, but this machine has no usable CUDA device; use --device cpu")
-    prog = report.Progress(7 + len(set(opts.static_batches)), quiet=opts.quiet)
+    planned = opts.static_batches
+    if isinstance(planned, str):  # "buckets": counted now with --dynamic-batch, else once the export has a range
+        lo_hi = {"min": opts.dynamic_batch[0], "max": opts.dynamic_batch[1]} if opts.dynamic_batch else None
+        planned = [g["batch"] for g in static_graph_plan(planned, lo_hi)] if lo_hi else ()
+    prog = report.Progress(7 + len(set(planned)), quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
         mf = load_model_file(spec)
@@ -106,6 +111,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
     static = static_graph_plan(opts.static_batches, batch)
+    prog.total = 7 + len(static)
     static_inputs = {}  # graph name -> its example inputs: traced for the graph, and its parity case
     for g in static:  # each static graph's parity case is also a sample, so aotc-run's self-check runs it
         _, static_inputs[g["graph"]] = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
@@ -157,14 +163,38 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
             "parity": results}
 
 
+def graph_buckets(lo: int, hi: int) -> list[int]:
+    """The C++ runtime's CUDA-graph buckets for a batch range (runtime_cpp/src/cuda_graphs.cpp batch_buckets):
+    every power of two in [lo, hi), then hi."""
+    out, b = [], 1
+    while b < hi:
+        if b >= lo:
+            out.append(b)
+        b *= 2
+    return out + [hi]
+
+
+def _static_batches_option(value) -> tuple[int, ...] | str:
+    """The CLI's --static-batches (a list of sizes, "buckets[:N]", or None) as ExportOptions takes it."""
+    return value if isinstance(value, str) else tuple(value or ())
+
+
 def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
     """[{"batch": size, "graph": AOTI model name}] for `--static-batches`; the manifest's 'static_graphs'.
-    Raises ExportError when the package has no batch dim or a size is outside it."""
+    `sizes`: batch sizes, or "buckets" (every CUDA-graph bucket of the batch range) / "buckets:N" (those up to
+    N). Raises ExportError when the package has no batch dim or a size is outside it."""
     if not sizes:
         return []
     if batch is None:
-        raise ExportError(f"--static-batches {','.join(map(str, sizes))}: the model has no dynamic batch dim to "
+        shown = sizes if isinstance(sizes, str) else ",".join(map(str, sizes))
+        raise ExportError(f"--static-batches {shown}: the model has no dynamic batch dim to "
                           f"specialize; give it one (dynamic_shapes() or --dynamic-batch) or drop the flag")
+    if isinstance(sizes, str):
+        cap = int(sizes.split(":", 1)[1]) if ":" in sizes else batch["max"]
+        sizes = [b for b in graph_buckets(batch["min"], batch["max"]) if b <= cap]
+        if not sizes:
+            raise ExportError(f"--static-batches buckets:{cap}: no bucket of the batch range "
+                              f"[{batch['min']}, {batch['max']}] is at most {cap}")
     outside = [n for n in sizes if not batch["min"] <= n <= batch["max"]]
     if outside:
         raise ExportError(f"--static-batches: {outside} outside the batch range [{batch['min']}, {batch['max']}]")
@@ -250,7 +280,7 @@ def main(args) -> int:
     opts = ExportOptions(out=args.output, device=args.device, dtype=args.dtype,
                          dynamic_batch=parse_dynamic_batch(args.dynamic_batch),
                          example_batch=getattr(args, "example_batch", None),
-                         static_batches=tuple(getattr(args, "static_batches", None) or ()),
+                         static_batches=_static_batches_option(getattr(args, "static_batches", None)),
                          max_autotune=args.max_autotune,
                          freezing={"on": True, "off": False}.get(getattr(args, "freezing", None)),
                          inductor_extra=parse_inductor_configs(getattr(args, "inductor_config", None) or []),
