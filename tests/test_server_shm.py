@@ -1,4 +1,4 @@
-"""aotc-server's system shared memory extension (Triton's), black box: regions created and registered with
+"""The system shared memory extension (Triton's) of both servers, aotc-server and `aotc serve --python`, black box: regions created and registered with
 tritonclient's own helpers (tritonclient.utils.shared_memory, tritonclient.http), inputs read from them and
 outputs written into them, checked against the packages' eager samples; regions mixed with binary tensors in one
 request; the status and unregister endpoints; and the refusals: the extension off (403), an unknown region, a
@@ -20,9 +20,9 @@ httpclient = pytest.importorskip("tritonclient.http")
 shm = pytest.importorskip("tritonclient.utils.shared_memory")
 
 
-@pytest.fixture(scope="module")
-def srv(model_repository):
-    with Server("cpp", model_repository, "--allow-shared-memory") as s:
+@pytest.fixture(scope="module", params=["cpp", "python"])
+def srv(request, model_repository):
+    with Server(request.param, model_repository, "--allow-shared-memory") as s:
         yield s
 
 
@@ -172,9 +172,10 @@ def test_refusals_name_the_fault_and_the_server_keeps_serving(client, region, pk
     assert status == 400 and "'key'" in body["error"]
 
 
-def test_off_without_the_flag(model_repository, pkg_mlp):
+@pytest.mark.parametrize("kind", ["cpp", "python"])
+def test_off_without_the_flag(kind, model_repository, pkg_mlp):
     x, _ = mlp_rows(pkg_mlp, 1)
-    with Server("cpp", model_repository) as s:
+    with Server(kind, model_repository) as s:
         status, body = s.json("POST", "/v2/systemsharedmemory/region/r/register",
                               {"key": "/anything", "offset": 0, "byte_size": 16})
         assert status == 403 and "--allow-shared-memory" in body["error"]

@@ -115,7 +115,7 @@ def _add_serve(sub) -> None:
     p.add_argument("--device-index", type=int, metavar="N", help="C++ server: GPU for CUDA packages")
     p.add_argument("--no-cuda-graphs", action="store_true", help="C++ server: run CUDA packages without graphs")
     p.add_argument("--allow-shared-memory", action="store_true",
-                   help="C++ server: let same-host clients pass tensors in POSIX shared memory (Triton's extension)")
+                   help="let same-host clients pass tensors in POSIX shared memory (Triton's extension)")
     p.set_defaults(target=None)
 
 
@@ -160,9 +160,6 @@ def _target(args, parser) -> str:
         if args.python:
             if not args.repository and not args.eager:
                 parser.error("serve --python needs DIR or --eager MODEL.py --name NAME")
-            if args.allow_shared_memory:
-                parser.error("--allow-shared-memory is the C++ server's; the FastAPI baseline (--python) has no "
-                             "shared memory extension")
             return "aotc.serve_python:main"
         if not args.repository:
             parser.error("serve needs a model repository DIR")

@@ -175,6 +175,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_LIMIT)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on everything but health")
+    p.add_argument("--allow-shared-memory", action="store_true",
+                   help="let same-host clients pass tensors in POSIX shared memory (Triton's extension)")
 
 
 def main(args) -> int:
@@ -200,7 +202,8 @@ def main(args) -> int:
         models, failed = load_repository(repository)
     app = make_app(models, failed, getattr(args, "max_body_bytes", DEFAULT_BODY_LIMIT) or DEFAULT_BODY_LIMIT,
                    reload=None if eager else lambda: load_repository(repository),
-                   api_key=getattr(args, "api_key", None))
+                   api_key=getattr(args, "api_key", None),
+                   allow_shared_memory=getattr(args, "allow_shared_memory", False))
     print(f"aotc serve --python: serving {sorted(models)} on http://{args.host}:{port}", flush=True)
     uvicorn.run(app, host=getattr(args, "host", "127.0.0.1"), port=port, log_level="warning",
                 access_log=False)

@@ -8,6 +8,7 @@ serializes calls per model). The model table is replaced whole on load/unload, n
 
 from __future__ import annotations
 
+import json
 import time
 
 from fastapi import FastAPI, Request
@@ -18,6 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from aotc_client import wire
 from aotc_client.errors import RequestError
 
+from aotc.shm_regions import SharedMemoryRegions
+
 _CONFIG_TYPES = {"BOOL": "TYPE_BOOL", "FP16": "TYPE_FP16", "BF16": "TYPE_BF16", "FP32": "TYPE_FP32",
                  "FP64": "TYPE_FP64", "BYTES": "TYPE_STRING"}
 
@@ -26,9 +29,11 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def make_app(models: dict, failed: dict, body_limit: int, reload=None, api_key: str | None = None) -> FastAPI:
+def make_app(models: dict, failed: dict, body_limit: int, reload=None, api_key: str | None = None,
+             allow_shared_memory: bool = False) -> FastAPI:
     app = FastAPI(title="aotc serve --python", docs_url=None, redoc_url=None, openapi_url=None)
     state = {"models": models, "failed": failed, "unloaded": set()}
+    regions = SharedMemoryRegions(allow_shared_memory)
 
     if api_key:
         @app.middleware("http")
@@ -79,7 +84,30 @@ def make_app(models: dict, failed: dict, body_limit: int, reload=None, api_key: 
     @app.get("/v2")
     async def server_metadata():
         return {"name": "aotc-python", "version": "0.1.0",
-                "extensions": ["binary_tensor_data", "statistics", "model_repository", "model_configuration"]}
+                "extensions": ["binary_tensor_data", "statistics", "model_repository", "model_configuration"] +
+                (["system_shared_memory"] if allow_shared_memory else [])}
+
+    # Triton's system shared memory extension (aotc/shm_regions.py); 403 unless --allow-shared-memory
+    @app.get("/v2/systemsharedmemory/status")
+    @app.get("/v2/systemsharedmemory/region/{region}/status")
+    async def shm_status(region: str = ""):
+        return JSONResponse(regions.status(region))
+
+    @app.post("/v2/systemsharedmemory/region/{region}/register")
+    async def shm_register(region: str, request: Request):
+        regions._check()
+        try:
+            body = json.loads(await _read_body(request, body_limit) or b"null")
+        except ValueError as e:
+            raise RequestError(f"the shared memory registration is not valid JSON: {e}") from None
+        regions.register(region, body)
+        return {}
+
+    @app.post("/v2/systemsharedmemory/unregister")
+    @app.post("/v2/systemsharedmemory/region/{region}/unregister")
+    async def shm_unregister(region: str = ""):
+        regions.unregister(region)
+        return {}
 
     @app.get("/v2/models/{name}")
     @app.get("/v2/models/{name}/versions/{version}")
@@ -156,7 +184,7 @@ def make_app(models: dict, failed: dict, body_limit: int, reload=None, api_key: 
         try:
             body = await _read_body(request, body_limit)
             body = wire.decompress(body, request.headers.get("content-encoding"), body_limit)
-            req = wire.decode_request(body, _header_length(request), m.inputs, m.outputs)
+            req = wire.decode_request(body, _header_length(request), m.inputs, m.outputs, regions)
             t1 = time.perf_counter_ns()
             try:
                 results = await run_in_threadpool(m.run, req.inputs)
@@ -164,7 +192,7 @@ def make_app(models: dict, failed: dict, body_limit: int, reload=None, api_key: 
                 raise RequestError(f"model '{name}' failed on these inputs: {type(e).__name__}: "
                                    f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}", 500) from None
             t2 = time.perf_counter_ns()
-            out, header_length = wire.encode_response(m.name, m.version, req, results, m.outputs)
+            out, header_length = wire.encode_response(m.name, m.version, req, results, m.outputs, regions)
         except RequestError:
             m._add("fail", time.perf_counter_ns() - t0)
             raise

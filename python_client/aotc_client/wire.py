@@ -27,6 +27,27 @@ class InferRequest:
     outputs: list[tuple[str, bool]]          # (name, binary) in response order
     id: str | None = None
     parameters: dict = field(default_factory=dict)
+    # outputs to write into shared memory: name -> (region, offset, byte size) (Triton's extension)
+    shm_outputs: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+
+
+def _shm_param(params: dict, where: str) -> tuple[str, int, int] | None:
+    """Triton's shared-memory parameters: (region, offset, byte size), or None when absent."""
+    region, size = params.get("shared_memory_region"), params.get("shared_memory_byte_size")
+    offset = params.get("shared_memory_offset")
+    if region is None and size is None and offset is None:
+        return None
+    if region is None or size is None:
+        raise RequestError(f"{where}: shared memory needs both parameters 'shared_memory_region' and "
+                           f"'shared_memory_byte_size' (and optionally 'shared_memory_offset')")
+    if not isinstance(region, str) or not region:
+        raise RequestError(f"{where}: parameter 'shared_memory_region' must be a region name")
+    offset = 0 if offset is None else offset
+    for v in (size, offset):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise RequestError(f"{where}: shared_memory_byte_size and shared_memory_offset must not be negative "
+                               f"integers")
+    return region, offset, size
 
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
@@ -142,8 +163,10 @@ def _raw_single_input(body: bytes, specs: list[TensorSpec]) -> dict:
 
 
 def decode_request(body: bytes, header_length: int | None, inputs: list[TensorSpec],
-                   outputs: list[TensorSpec]) -> InferRequest:
-    """Parse and validate one inference request against the model's input and output specs."""
+                   outputs: list[TensorSpec], regions=None) -> InferRequest:
+    """Parse and validate one inference request against the model's input and output specs. `regions`
+    (an object with read(ref, what) -> bytes, e.g. aotc's SharedMemoryRegions) serves inputs that name a
+    shared memory region; without it such inputs are refused."""
     if header_length == 0:
         header, header_length = _raw_single_input(body, inputs), 0
     else:
@@ -177,6 +200,19 @@ def decode_request(body: bytes, header_length: int | None, inputs: list[TensorSp
         if not isinstance(tparams, dict):
             raise RequestError(f"input '{name}' parameters must be a JSON object")
         nbytes = math.prod(shape) * dtypes.element_size(spec.datatype)
+        shm = _shm_param(tparams, f"input '{name}'")
+        if shm:
+            if "data" in t or "binary_data_size" in tparams:
+                also = "'data'" if "data" in t else "binary_data_size"
+                raise RequestError(f"input '{name}': has shared memory and also {also}; send one")
+            if shm[2] != nbytes:
+                raise RequestError(f"input '{name}': shape {list(shape)} of {spec.datatype} needs {nbytes} bytes, "
+                                   f"shared_memory_byte_size is {shm[2]}")
+            if regions is None:
+                raise RequestError("this server has no shared memory regions", 403)
+            arrays[name] = np.frombuffer(regions.read(shm, f"input '{name}'"),
+                                         dtypes.numpy_dtype(spec.datatype), math.prod(shape)).reshape(shape)
+            continue
         if "binary_data_size" in tparams:
             size = tparams["binary_data_size"]
             if isinstance(size, bool) or not isinstance(size, int) or size != nbytes:
@@ -198,37 +234,55 @@ def decode_request(body: bytes, header_length: int | None, inputs: list[TensorSp
     missing = [s.name for s in inputs if s.name not in arrays]
     if missing:
         raise RequestError(f"missing inputs {missing}; the model's inputs are {[s.name for s in inputs]}")
-    return InferRequest(arrays, _requested_outputs(header, params, outputs), req_id, params)
+    requested, shm_outputs = _requested_outputs(header, params, outputs)
+    return InferRequest(arrays, requested, req_id, params, shm_outputs)
 
 
-def _requested_outputs(header: dict, params: dict, outputs: list[TensorSpec]) -> list[tuple[str, bool]]:
+def _requested_outputs(header: dict, params: dict, outputs: list[TensorSpec]):
+    """-> ([(name, binary)], {name: shared memory ref}) in response order."""
     all_binary = params.get("binary_data_output") is True
     requested = header.get("outputs")
     if requested is None:
-        return [(s.name, all_binary) for s in outputs]
+        return [(s.name, all_binary) for s in outputs], {}
     if not isinstance(requested, list):
         raise RequestError("'outputs' must be a list of objects with a 'name'")
     names = {s.name for s in outputs}
-    result = []
-    for o in requested:
+    result, shm = [], {}
+    for i, o in enumerate(requested):
         if not isinstance(o, dict) or o.get("name") not in names:
             got = o.get("name") if isinstance(o, dict) else o
             raise RequestError(f"unknown output {got!r}; the model's outputs are {sorted(names)}")
         p = o.get("parameters") or {}
+        if isinstance(p, dict) and (ref := _shm_param(p, f"outputs[{i}]")):
+            if p.get("binary_data") is True:
+                raise RequestError(f"outputs[{i}]: binary_data true and shared memory exclude each other; ask for one")
+            shm[o["name"]] = ref
         result.append((o["name"], bool(p.get("binary_data", all_binary)) if isinstance(p, dict) else all_binary))
-    return result
+    return result, shm
 
 
 def encode_response(model: str, version: str, request: InferRequest, results: dict[str, np.ndarray],
-                    specs: list[TensorSpec]) -> tuple[bytes, int | None]:
-    """-> (body, Inference-Header-Content-Length or None for a pure JSON body)."""
+                    specs: list[TensorSpec], regions=None) -> tuple[bytes, int | None]:
+    """-> (body, Inference-Header-Content-Length or None for a pure JSON body). Outputs asked for in shared
+    memory are written through `regions` (write(ref, data, what)) and named, not sent."""
     by_name = {s.name: s for s in specs}
     entries, blobs = [], []
     for name, binary in request.outputs:
         array = np.ascontiguousarray(results[name])
         datatype = by_name[name].datatype
         entry = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if binary or datatype in ("FP16", "BF16"):
+        ref = request.shm_outputs.get(name)
+        if ref:
+            data = array.astype(dtypes.numpy_dtype(datatype), copy=False).tobytes()
+            if len(data) > ref[2]:
+                raise RequestError(f"output '{name}' {list(array.shape)} is {len(data)} bytes, "
+                                   f"shared_memory_byte_size gives it {ref[2]} in region '{ref[0]}'")
+            if regions is None:
+                raise RequestError("this server has no shared memory regions", 403)
+            regions.write(ref, data, f"output '{name}'")
+            entry["parameters"] = {"shared_memory_region": ref[0], "shared_memory_byte_size": len(data),
+                                   **({"shared_memory_offset": ref[1]} if ref[1] else {})}
+        elif binary or datatype in ("FP16", "BF16"):
             blob = array.astype(dtypes.numpy_dtype(datatype), copy=False).tobytes()
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
