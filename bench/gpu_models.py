@@ -226,7 +226,8 @@ def main() -> int:
 
     def server():
         bert = args.packages / "bert_base.pt2"
-        input_name = {n: read_manifest(str(args.packages / f"{n}.pt2"))["inputs"][0]["name"] for n in ("mlp", "bert_base")}
+        manifests = {n: read_manifest(str(args.packages / f"{n}.pt2")) for n in ("mlp", "bert_base")}
+        input_name = {n: m["inputs"][0]["name"] for n, m in manifests.items()}
         cfg = {"max_batch_size": 64, "max_queue_delay_us": 200, "num_runners": 2}
         # Each model on a server of its own for what the server adds: with three copies of BERT loaded in one
         # process, the same graph ran about 10% slower on the device (docs/benchmarks.md, fifth set), which a
@@ -248,7 +249,7 @@ def main() -> int:
                             srv.port, n, x, input_name[n], 1, args.http_seconds, outputs=["pooler_output"])
                         # every output into shared memory (a client on the same host): no tensor bytes in the answer
                         sizes = {o["name"]: b * math.prod(o["shape"][1:]) * np.dtype(o["dtype"]).itemsize
-                                 for o in read_manifest(str(bert))["outputs"]}
+                                 for o in manifests[n]["outputs"]}
                         with contextlib.ExitStack() as regions:
                             for name, size in sizes.items():
                                 regions.enter_context(shm_region(srv.port, f"out_{name}", size))
