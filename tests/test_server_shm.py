@@ -170,6 +170,14 @@ def test_refusals_name_the_fault_and_the_server_keeps_serving(client, region, pk
     assert status == 404 and "no shared memory region 'ghost'" in body["error"]
     status, body = srv.json("POST", "/v2/systemsharedmemory/region/r/register", {"offset": 0, "byte_size": 4})
     assert status == 400 and "'key'" in body["error"]
+    for bad, fault in (({"key": key, "byte_size": -1}, "byte_size"), ({"key": key, "byte_size": 0}, "at least 1"),
+                       ({"key": key, "offset": -8, "byte_size": 4}, "offset"),
+                       ({"key": "/a/b", "byte_size": 4}, "cannot open shared memory object")):
+        status, body = srv.json("POST", "/v2/systemsharedmemory/region/r/register", bad)
+        assert status == 400 and fault in body["error"], (bad, body)
+    status, _, data = srv.request("POST", "/v2/systemsharedmemory/region/r/register", b"{not json")
+    assert status == 400, data
+    assert [r["name"] for r in client.get_system_shared_memory_status()] == ["small"]  # none of them registered
 
 
 @pytest.mark.parametrize("kind", ["cpp", "python"])
