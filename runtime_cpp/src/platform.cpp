@@ -1,6 +1,9 @@
 // Whether a package can run on this machine: torch major.minor, device, CPU ISA, CUDA architecture.
 // Reads only the manifest and the machine; safe from any thread.
 #include <dlfcn.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -19,12 +22,19 @@
 namespace aotc {
 namespace {
 
-bool cpu_has(const std::string& isa) {
+// One word of Inductor's ISA name (cpu_vec_isa.py: "avx512", "avx512 avx512_vnni", "avx512 avx512_vnni
+// amx_tile", "avx2", ...).
+bool cpu_has_one(const std::string& isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (isa == "avx512") {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }
+  if (isa == "avx512_vnni") return __builtin_cpu_supports("avx512vnni");
+  if (isa == "amx_tile") {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx >> 24 & 1);  // CPUID.(7,0):EDX[24] AMX-TILE
   }
   if (isa == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return false;
@@ -36,6 +46,17 @@ bool cpu_has(const std::string& isa) {
   (void)isa;
   return false;
 #endif
+}
+
+bool cpu_has(const std::string& isa) {
+  std::istringstream words(isa);
+  std::string word;
+  bool any = false;
+  while (words >> word) {
+    if (!cpu_has_one(word)) return false;
+    any = true;
+  }
+  return any;
 }
 
 std::string host_arch() {

@@ -130,4 +130,24 @@ TEST(Platform, RefusesUnknownCpuIsa) {
   EXPECT_NE(why->find("avx1024"), std::string::npos);
 }
 
+#if defined(__x86_64__)
+// Inductor names an ISA with extensions in several words ("avx512 avx512_vnni"): each word must be present.
+TEST(Platform, ReadsEveryWordOfAnIsaName) {
+  auto m = aotc::parse_manifest(manifest());
+  m.torch_version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ".0";
+  __builtin_cpu_init();
+  const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                    __builtin_cpu_supports("avx512vnni");
+  m.cpu_isa = "avx512 avx512_vnni";
+  EXPECT_EQ(aotc::why_cannot_run(m).has_value(), !vnni);
+  m.cpu_isa = "avx2 avx1024";  // one unknown word refuses the whole name
+  auto why = aotc::why_cannot_run(m);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("avx2 avx1024"), std::string::npos);
+  m.cpu_isa = " ";
+  EXPECT_TRUE(aotc::why_cannot_run(m).has_value());
+}
+#endif
+
 }  // namespace
