@@ -12,7 +12,8 @@
 # Writes to $OUT: summary.txt, build.log (machine and build), export.log, pytest.log, multi.log, gpu_multi_<k>.md,
 # bench.log, gpu_bench.md, eb.log and eb.json (bench/embedding_bag.py, started in the background with the
 # build, since it compiles its own packages; the model benchmark waits for it so the GPU is not shared).
-# The stages check, test, multi, bench, phases, pacing, probe and batching run in the order AOTC_GPU_STAGES lists them.
+# The stages check, test, multi, bench, phases, pacing, probe, batching and memory run in the order AOTC_GPU_STAGES
+# lists them.
 # Knobs: AOTC_GPU_BUDGET_S (default 560: seconds the whole script may take; the benchmark gets what is
 # left), AOTC_GPU_STAGES (default "deps build export eb check test multi bench"), AOTC_TEST_TIMEOUT_S
 # (default 240), AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
@@ -26,6 +27,7 @@
 # Stage probe: BERT batch 1's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server at concurrency 1
 # (one model loaded, then three).
 # Stage batching: bench/batching.py on BERT at concurrency 32 for bert_base.pt2 and each extra export.
+# Stage memory: bench/gpu_memory.py, the size and device memory of bert_base.pt2 and each extra export.
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
 # per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
 # Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
@@ -353,8 +355,17 @@ batching() {
   done
   "$PY" bench/batching.py $args --concurrency 32 --seconds 4 --rounds 2 --out "$OUT/batching.md"
 }
+# memory: each BERT package's size and the device memory a loaded session holds (bench/gpu_memory.py)
+memory() {
+  local args="default=$PKGS/bert_base.pt2" f
+  for f in "$EXTRA"/bert_base_*.pt2; do
+    [ -f "$f" ] && args="$args $(basename "$f" .pt2 | sed 's/^bert_base_//')=$f"
+  done
+  "$PY" bench/gpu_memory.py $args --out "$OUT/memory.md"
+}
 for s in $STAGES; do
   case $s in
+    memory) wait_eb; stage memory "$OUT/memory.log" memory ;;
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
     probe) wait_eb; stage probe "$OUT/probe.log" probe ;;

@@ -176,6 +176,8 @@ def test_static_graph_runs_for_its_batch(package, eager, monkeypatch, graphs):
     to it; without, only batch 6 runs it. Every batch matches eager either way."""
     path = package("mlp_static6")
     m = _manifest(path)
+    # compiled without weights (CUDA exports do not freeze): it runs on the main graph's, lent at load
+    assert m["static_graphs"] == [{"batch": 6, "graph": "batch6_static", "weights": "model"}]
     s = _session(path, monkeypatch, graphs)
     expect = {5: "batch6_static" if graphs else "model", 6: "batch6_static", 7: "model", 2: "model"}
     assert {n: s.graph_for_batch(n) for n in expect} == expect

@@ -23,20 +23,71 @@ from runtime_helpers import assert_close, edit_manifest, one_line_error, run_aot
 
 @pytest.fixture(scope="module")
 def pkg_static(export_package):
-    return export_package("models/mlp.py", "--static-batches", "16,1")
+    # freezing off, as CUDA exports have it: the static graphs then run on the main graph's weights
+    return export_package("models/mlp.py", "--static-batches", "16,1", "--freezing", "off")
+
+
+@pytest.fixture(scope="module")
+def pkg_static_frozen(export_package):
+    # freezing on, the CPU default: the weights are folded into each graph for its batch, so each keeps its own
+    return export_package("models/mlp.py", "--static-batches", "16")
 
 
 def test_package_holds_one_graph_per_static_batch(pkg_static):
     s = Session(pkg_static)
-    assert s.manifest["static_graphs"] == [{"batch": 1, "graph": "batch1_static"},
-                                           {"batch": 16, "graph": "batch16_static"}]
+    assert s.manifest["static_graphs"] == [{"batch": 1, "graph": "batch1_static", "weights": "model"},
+                                           {"batch": 16, "graph": "batch16_static", "weights": "model"}]
     with zipfile.ZipFile(pkg_static) as zf:
         sos = sorted(n.split("/")[3] for n in zf.namelist() if n.endswith(".so"))
     assert sos == ["batch16_static", "batch1_static", "model"]
     assert len(s.manifest["files_sha256"]) == 3  # every graph's .so is hashed and checked at load
     log = (pkg_static.parent / "export.log").read_text()  # the export's summary, kept beside the cached package
-    assert "static    batch 1 (batch1_static), batch 16 (batch16_static)" in log
+    assert ("static    batch 1 (batch1_static, weights of model), batch 16 (batch16_static, weights of model)"
+            in log)
     assert "ok   static graph batch1_static" in log and "ok   static graph batch16_static" in log
+
+
+def test_the_weights_are_in_the_package_once(pkg_static):
+    # the static graphs are compiled without weights: each .so is smaller than the main graph's by more than
+    # the model's weights (fc1 and fc2 of the MLP, 4.2 MB in fp32)
+    weights = sum(p.numel() * p.element_size() for p in _mlp().parameters())
+    with zipfile.ZipFile(pkg_static) as zf:
+        so = {n.split("/")[3]: zf.getinfo(n).file_size for n in zf.namelist() if n.endswith(".so")}
+    for graph in ("batch1_static", "batch16_static"):
+        assert so["model"] - so[graph] > weights, so
+
+
+def _mlp():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mlp_model", REPO / "models" / "mlp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.model()
+
+
+def test_python_loader_lends_the_static_graph_its_weights(pkg_static):
+    from aotc.loader import load_package
+
+    with pytest.raises(PackageError, match="graph 'batch1_static' holds no weights of its own"):
+        load_package(str(pkg_static), graph="batch1_static")
+    with pytest.raises(PackageError, match=r"needs weights \['fc1.bias', 'fc1.weight'"):
+        load_package(str(pkg_static), graph="batch1_static", weights={})
+    model = _mlp()
+    weights = {k: v.detach() for k, v in model.state_dict().items()}
+    runner = load_package(str(pkg_static), graph="batch16_static", weights=weights)
+    x = torch.randn(16, 512, generator=torch.Generator().manual_seed(3))
+    (got,) = runner(x)
+    with torch.no_grad():
+        assert_close(got.numpy(), model(x).numpy(), runner.manifest["tolerance"], "batch16_static, lent weights")
+
+
+def test_frozen_static_graphs_keep_their_own_weights(pkg_static_frozen):
+    s = Session(pkg_static_frozen)
+    assert s.manifest["static_graphs"] == [{"batch": 16, "graph": "batch16_static"}]
+    r = run_aotc_run(pkg_static_frozen)
+    assert r.returncode == 0, r.stderr
+    assert "(graph batch16_static)" in r.stdout and "MISMATCH" not in r.stdout
 
 
 def test_each_batch_runs_its_graph_and_matches_eager(pkg_static):
@@ -77,6 +128,9 @@ def test_a_listed_graph_the_archive_lacks_is_refused(pkg_static, tmp_path):
     (lambda m: m["static_graphs"].append({"batch": 5, "graph": "model"}), "other than 'model'"),
     (lambda m: m["static_graphs"].append({"batch": 5, "graph": "../x"}), "lower-case letters"),
     (lambda m: m.update(static_graphs={"batch": 5}), "must be an array"),
+    (lambda m: m["static_graphs"][0].update(weights="own"), "'weights' must be \"model\""),
+    # a graph compiled without weights, said to carry its own, would read null pointers
+    (lambda m: m["static_graphs"][0].pop("weights") and None, "graph 'batch1_static' holds no weights, and the manifest"),
 ])
 def test_bad_static_graph_entries_are_refused(pkg_static, tmp_path, change, words):
     bad = edit_manifest(pkg_static, tmp_path / "bad.pt2", change)

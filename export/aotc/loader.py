@@ -90,6 +90,20 @@ class Runner:
         self.path, self.manifest, self._compiled = path, manifest, compiled
         self.input_names = [t["name"] for t in manifest["inputs"]]
         self.output_names = [t["name"] for t in manifest["outputs"]]
+        self._lent = {}  # weights lent to a graph compiled without its own: it reads them in place
+
+    def lend_weights(self, graph: str, weights: dict | None) -> None:
+        """Gives a graph compiled without weights the model's, by fully qualified name, without a copy."""
+        if weights is None:
+            raise PackageError(f"{self.path}: graph '{graph}' holds no weights of its own (it runs on the main "
+                               f"graph's); pass weights= (the model's tensors by name), or run the package "
+                               f"with aotc.runtime.Session or aotc-run, which lend them")
+        needed = self._compiled.get_constant_fqns()
+        missing = sorted(fqn for fqn in needed if fqn not in weights)
+        if missing:
+            raise PackageError(f"{self.path}: graph '{graph}' needs weights {missing[:5]} that weights= lacks")
+        self._lent = {fqn: weights[fqn] for fqn in needed}
+        self._compiled.load_constants(self._lent, check_full_update=True, user_managed=True)
 
     def validate(self, inputs) -> None:
         """Raises InputError with the numbers when inputs disagree with the manifest."""
@@ -125,9 +139,13 @@ class Runner:
         return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def load_package(path: str, device_index: int | None = None, verify: bool = True, graph: str = "model") -> Runner:
+def load_package(path: str, device_index: int | None = None, verify: bool = True, graph: str = "model",
+                 weights: dict | None = None) -> Runner:
     """Verifies and loads an aotc package; returns a Runner of one of its graphs ("model", the one with the
-    dynamic batch, or a name from the manifest's static_graphs). Raises PackageError when it cannot run here."""
+    dynamic batch, or a name from the manifest's static_graphs). A static graph compiled without weights
+    (static_graphs[].weights "model") runs on `weights`, the model's tensors by fully qualified name, lent
+    without a copy (the C++ runtime lends it the main graph's itself). Raises PackageError when it cannot
+    run here."""
     manifest = read_manifest(path)
     if verify:
         verify_hashes(path, manifest)
@@ -146,4 +164,8 @@ def load_package(path: str, device_index: int | None = None, verify: bool = True
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PackageError(f"{path}: loading the compiled model failed: {first[:300]}") from e
-    return Runner(path, manifest, compiled)
+    runner = Runner(path, manifest, compiled)
+    if any(g["graph"] == graph and g.get("weights") for g in manifest.get("static_graphs") or ()):
+        runner.lend_weights(graph, weights)
+    return runner
+

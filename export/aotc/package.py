@@ -136,7 +136,8 @@ def build_manifest(*, name, device, cpu_isa, cuda_arch, inputs, outputs, batch, 
         "tolerance": tolerance,
         "files_sha256": {},
         "samples": samples,
-        # [{"batch": N, "graph": AOTI model name}]: graphs compiled with dim 0 static at N, beside "model"
+        # [{"batch": N, "graph": AOTI model name, "weights": "model" (compiled without weights, runs on the
+        # main graph's)}]: graphs compiled with dim 0 static at N, beside "model"
         "static_graphs": list(static_graphs),
     }
 

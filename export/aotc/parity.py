@@ -160,9 +160,10 @@ def static_case(graph: dict, inputs, ref) -> dict:
     return dict(_case(f"static graph {graph['graph']}", inputs, ref, sample=True), graph=graph["graph"])
 
 
-def check(path: str, cases: list[dict], tol: dict, device: str) -> list[dict]:
+def check(path: str, cases: list[dict], tol: dict, device: str, weights: dict | None = None) -> list[dict]:
     """Loads the package and compares it with eager on every case, each through its graph ("model" unless
-    the case names a static graph)."""
+    the case names a static graph). `weights` (by FQN, pipeline.weights_by_fqn of the main graph's program)
+    are lent to the static graphs compiled without their own, as the runtime lends the main graph's."""
     from aotc.loader import load_package
 
     runners = {}
@@ -170,7 +171,7 @@ def check(path: str, cases: list[dict], tol: dict, device: str) -> list[dict]:
     for case in cases:
         graph = case.get("graph", "model")
         if graph not in runners:
-            runners[graph] = load_package(path, graph=graph)
+            runners[graph] = load_package(path, graph=graph, weights=weights)
         runner = runners[graph]
         outs = runner(*case["inputs"])
         errors = {name: compare(o, r, tol) for name, o, r in zip(runner.output_names, outs, case["ref"])}

@@ -79,7 +79,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     if isinstance(planned, str):  # "buckets": counted now with --dynamic-batch, else once the export has a range
         lo_hi = {"min": opts.dynamic_batch[0], "max": opts.dynamic_batch[1]} if opts.dynamic_batch else None
         planned = [g["batch"] for g in static_graph_plan(planned, lo_hi)] if lo_hi else ()
-    prog = report.Progress(7 + len(set(planned)), quiet=opts.quiet)
+    prog = report.Progress(7 + 2 * len(set(planned)), quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
         mf = load_model_file(spec)
@@ -111,18 +111,23 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
     static = static_graph_plan(opts.static_batches, batch)
-    prog.total = 7 + len(static)
-    static_inputs = {}  # graph name -> its example inputs: traced for the graph, and its parity case
-    for g in static:  # each static graph's parity case is also a sample, so aotc-run's self-check runs it
-        _, static_inputs[g["graph"]] = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
-        ref_s = exp.eager_outputs(model, static_inputs[g["graph"]], mf)
-        cases.append(parity.static_case(g, static_inputs[g["graph"]], ref_s))
-
-    samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
-    sample_entries, sample_bytes = package.sample_files(samples)
+    prog.total = 7 + 2 * len(static)
     tol = tolerance_for(mf, opts.dtype)
     inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing, opts.inductor_extra)
     inductor.pop("aot_inductor.metadata")
+    static_programs = {}  # graph name -> its exported program
+    main_weights = weights_by_fqn(ep)
+    for g in static:  # each static graph's parity case is also a sample, so aotc-run's self-check runs it
+        with prog.stage(f"torch.export, static batch {g['batch']}"):
+            _, inputs_s = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
+            ref_s = exp.eager_outputs(model, inputs_s, mf)
+            static_programs[g["graph"]] = _static_program(mf, model, inputs_s, rewrites, opts)
+            if not inductor.get("freezing") and borrows_weights(static_programs[g["graph"]], main_weights):
+                g["weights"] = "model"  # compiled without weights: the runtime lends it the main graph's
+            cases.append(parity.static_case(g, inputs_s, ref_s))
+
+    samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
+    sample_entries, sample_bytes = package.sample_files(samples)
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
                        "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor,
                        # the attention kernel, where the model has attention for it to choose
@@ -144,9 +149,10 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         static_compiled = {}
         for g in static:
             with prog.stage(f"AOTInductor compile, static batch {g['batch']}"):
-                ep_s = _static_program(mf, model, static_inputs[g["graph"]], rewrites, opts)
                 static_compiled[g["graph"]] = os.path.join(tmp, f"{g['graph']}.pt2")
-                compile_s += aoti.compile_package(ep_s, static_compiled[g["graph"]], configs)
+                without_weights = {"aot_inductor.package_constants_in_so": False} if g.get("weights") else {}
+                compile_s += aoti.compile_package(static_programs.pop(g["graph"]), static_compiled[g["graph"]],
+                                                  {**configs, **without_weights})
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
             if report.python_ops_in_wrapper(_wrapper_sources(compiled)) and not opts.allow_python_ops:
@@ -157,7 +163,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
             note["text"] = f"{size / 1e6:.1f} MB"
 
     with prog.stage("parity against eager (package loaded back)") as note:
-        results = parity.check(out, cases, tol, opts.device)
+        results = parity.check(out, cases, tol, opts.device, main_weights)
         note["text"] = f"{sum(r['ok'] for r in results)}/{len(results)} cases within tolerance"
     return {"path": out, "manifest": manifest, "graph": graph, "compile_s": compile_s, "size_bytes": size,
             "parity": results}
@@ -212,6 +218,27 @@ def _static_program(mf, model, inputs: tuple, rewrites: dict, opts):
     lowering = rewrites.get("embedding_bag", {}).get("lowering", opts.embedding_bag)
     ep, _ = _rewrite(ep, inputs, dataclasses.replace(opts, embedding_bag=lowering))
     return ep
+
+
+def weights_by_fqn(ep) -> dict:
+    """The exported program's parameters, buffers and tensor constants by fully qualified name: the names
+    AOTInductor's loaders take weights by (get_constant_fqns, load_constants)."""
+    import torch
+
+    return {k: v for k, v in {**ep.state_dict, **ep.constants}.items() if isinstance(v, torch.Tensor)}
+
+
+def borrows_weights(ep_static, main_weights: dict) -> bool:
+    """Whether a static graph can run on the main graph's weights: every weight it holds the main graph holds
+    too, by the same name, shape, dtype and value (the same model, exported again; a rewrite that made
+    batch-dependent constants would differ)."""
+    import torch
+
+    for fqn, t in weights_by_fqn(ep_static).items():
+        m = main_weights.get(fqn)
+        if m is None or m.shape != t.shape or m.dtype != t.dtype or not torch.equal(m, t):
+            return False
+    return True
 
 
 def _rewrite(ep, inputs, opts):

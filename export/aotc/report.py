@@ -133,7 +133,9 @@ def format_summary(result: dict) -> str:
     if m["batch"]:
         lines.append(f"batch     {m['batch']['min']}..{m['batch']['max']}")
     if m.get("static_graphs"):
-        lines.append("static    " + ", ".join(f"batch {g['batch']} ({g['graph']})" for g in m["static_graphs"]))
+        lines.append("static    " + ", ".join(f"batch {g['batch']} ({g['graph']}"
+                                            f"{', weights of model' if g.get('weights') else ''})"
+                                            for g in m["static_graphs"]))
     g = result["graph"]
     top = ", ".join(f"{k} x{v}" for k, v in list(g["ops"].items())[:6])
     lines.append(f"graph     {g['nodes']} ops ({top})")

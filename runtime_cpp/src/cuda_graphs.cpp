@@ -234,7 +234,10 @@ CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& mani
     }
   };
   loader_ = load("model");
-  for (const auto& [batch, graph] : manifest.static_graphs) static_loaders_[batch] = load(graph);
+  for (const auto& [batch, graph] : manifest.static_graphs) {
+    auto& loaded = static_loaders_[batch] = load(graph);
+    lend_weights(manifest, graph, *loader_, *loaded, lent_[batch]);
+  }
   if (graphs_) output_pool_ = std::make_shared<PinnedPool>();
   const char* timing = std::getenv("AOTC_CUDA_TIMING");
   if (graphs_ && timing && std::atoi(timing) > 0) {
@@ -254,6 +257,7 @@ CudaExecutor::~CudaExecutor() {
   // Graphs and their pools go before the loader whose constants they read.
   runners_.clear();
   static_loaders_.clear();
+  lent_.clear();
   loader_.reset();
 }
 

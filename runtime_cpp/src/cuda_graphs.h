@@ -26,6 +26,7 @@
 #include <ATen/Tensor.h>
 
 #include "aotc/runtime.h"
+#include "weights.h"
 
 namespace torch::inductor {
 class AOTIModelPackageLoader;
@@ -95,6 +96,7 @@ class CudaExecutor {
   // With graphs on, the loader runs single-threaded (no per-call CUDA events, which a capture forbids);
   // every call into it (warm-up and capture) holds loader_mu_. Replays never touch the loader.
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
+  std::map<int64_t, LentWeights> lent_;  // loader_'s weights, by static graph's batch: outlives static_loaders_
   std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> static_loaders_;  // by batch
   std::mutex loader_mu_;
   std::vector<std::unique_ptr<Runner>> runners_;

@@ -150,6 +150,12 @@ Manifest parse_manifest(const std::string& json) {
       if (!m.batch || n < m.batch->first || n > m.batch->second)
         refuse(at + "batch " + std::to_string(n) + " is outside the package's batch range");
       if (!m.static_graphs.emplace(n, name).second) refuse(at + "batch " + std::to_string(n) + " is listed twice");
+      auto weights = list[i].FindMember("weights");
+      if (weights != list[i].MemberEnd()) {
+        if (!weights->value.IsString() || std::string(weights->value.GetString()) != "model")
+          refuse(at + "'weights' must be \"model\" (the graph runs on the main graph's weights) or absent");
+        m.borrowed_weights.insert(name);
+      }
     }
     // AOTInductor's loader selects a graph's files by name prefix (data/aotinductor/<name>...), so one
     // graph's name must not begin another's.

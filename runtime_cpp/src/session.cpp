@@ -21,6 +21,7 @@
 #include "aotc/npy.h"
 #include "aotc/runtime.h"
 #include "archive.h"
+#include "weights.h"
 #ifdef AOTC_WITH_CUDA
 #include "cuda_graphs.h"  // CUDA packages run through CudaExecutor (pinned copies, stream per runner, graphs)
 #endif
@@ -87,6 +88,8 @@ struct Session::Impl {
   Manifest manifest;
   c10::Device device = c10::kCPU;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  // The main graph's weights, by static graph: declared before the loaders that read them, so it outlives them
+  std::map<int64_t, LentWeights> lent;
   // manifest.static_graphs, loaded: a call whose batch is one of these sizes runs that graph
   std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> static_loaders;
 #ifdef AOTC_WITH_CUDA
@@ -157,7 +160,14 @@ std::unique_ptr<Session> Session::open(const std::string& package_path, const Se
     }
   };
   s->impl_->loader = load("model");
-  for (const auto& [batch, graph] : s->impl_->manifest.static_graphs) s->impl_->static_loaders[batch] = load(graph);
+  for (const auto& [batch, graph] : s->impl_->manifest.static_graphs) {
+    auto& loaded = s->impl_->static_loaders[batch] = load(graph);
+    try {
+      lend_weights(s->impl_->manifest, graph, *s->impl_->loader, *loaded, s->impl_->lent[batch]);
+    } catch (const Error& e) {
+      refuse(package_path, e.what());
+    }
+  }
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -72,6 +73,9 @@ struct Manifest {
   // Graphs compiled with the batch dim static (`aotc export --static-batches`): batch size -> the name of
   // the AOTInductor model in the archive. The main graph, "model", takes every batch in `batch`.
   std::map<int64_t, std::string> static_graphs;
+  // The static graphs compiled without weights, which run on the main graph's (static_graphs[].weights
+  // "model"); the runtime lends them at load.
+  std::set<std::string> borrowed_weights;
   double atol = 1e-4;
   double rtol = 1e-4;
   std::vector<std::pair<std::string, std::string>> files_sha256;  // archive path -> lower-case hex
