@@ -115,6 +115,23 @@ def test_cli_takes_buckets():
         assert _static_batches_option(args.static_batches) == value
     args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", "8,1"])
     assert _static_batches_option(args.static_batches) == (8, 1)
+    args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", "none"])
+    assert _static_batches_option(args.static_batches) == ()
+    args = build_parser().parse_args(["export", "models/mlp.py"])
+    assert _static_batches_option(args.static_batches) is None
+
+
+def test_static_batches_default_by_device():
+    """Not given: the buckets up to 32 on CUDA where the model has a dynamic batch; none on the CPU, and none
+    without a batch dim (no error: the default asks for nothing it cannot have)."""
+    from aotc.pipeline import ExportOptions, _static_request, static_graph_plan
+
+    cuda = _static_request(ExportOptions(device="cuda"), True)
+    assert [g["batch"] for g in static_graph_plan(cuda, {"min": 1, "max": 1024})] == [1, 2, 4, 8, 16, 32]
+    assert _static_request(ExportOptions(device="cuda"), False) == ()
+    assert _static_request(ExportOptions(device="cpu"), True) == ()
+    assert _static_request(ExportOptions(device="cuda", static_batches=()), True) == ()
+    assert _static_request(ExportOptions(device="cpu", static_batches=(4,)), True) == (4,)
 
 
 @pytest.mark.parametrize("args", [["--static-batches", "8,x"], ["--static-batches", "0"], ["--static-batches", ""],

@@ -30,7 +30,9 @@ def size_list(text: str) -> list[int]:
 
 def static_batches(text: str) -> list[int] | str:
     """`N,N,...`, or `buckets` / `buckets:N` (the runtime's CUDA-graph buckets in the batch range, up to N),
-    expanded once the batch range is known (pipeline.static_graph_plan)."""
+    expanded once the batch range is known (pipeline.static_graph_plan), or `none`."""
+    if text == "none":
+        return []
     if text == "buckets" or text.startswith("buckets:"):
         if text != "buckets":
             try:
@@ -53,11 +55,13 @@ def _add_export(sub) -> None:
                    help="cast the model and its float inputs to this dtype")
     p.add_argument("--dynamic-batch", metavar="MIN:MAX", help="make dim 0 of every input a batch dim in "
                    "[MIN, MAX] (overrides the file's dynamic_shapes() for dim 0)")
-    p.add_argument("--static-batches", type=static_batches, metavar="N,N,...|buckets[:N]",
+    p.add_argument("--static-batches", type=static_batches, metavar="N,N,...|buckets[:N]|none",
                    help="also compile a graph with a static batch of each size into the package; the C++ "
                         "runtime runs it for calls of that batch (with CUDA graphs: for that bucket). "
                         "'buckets' takes every CUDA-graph bucket of the batch range (powers of two, and the "
-                        "maximum), 'buckets:N' those up to N. Each graph carries its own copy of the weights")
+                        "maximum), 'buckets:N' those up to N. They run on the main graph's weights, unless "
+                        "freezing folds the weights into each graph. Default: buckets:32 for --device cuda "
+                        "when the model has a dynamic batch, none for cpu")
     p.add_argument("--example-batch", type=positive_int, metavar="N",
                    help="trace and tune at batch N: example inputs from the file's make_inputs(N), else its "
                         "example rows repeated (Inductor picks kernel launch configs for the example's sizes)")
