@@ -16,7 +16,9 @@
 # lists them.
 # Knobs: AOTC_GPU_BUDGET_S (default 560: seconds the whole script may take; the benchmark gets what is
 # left), AOTC_GPU_STAGES (default "deps build export eb check test multi bench"), AOTC_TEST_TIMEOUT_S
-# (default 240), AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
+# (default 240), AOTC_TEST_ARGS (what pytest runs, default "tests"; e.g. "tests/test_server_cuda.py -k outputs"),
+# AOTC_EXPORT_FLAGS (more flags for the two exports, e.g. "--static-batches none" for a quicker run),
+# AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
 # AOTC_EXTRA_EXPORTS ("label=flags;...": more exports of bert_base, e.g. "freezing=--freezing on", each
 # measured as its own aotc-run column),
 # AOTC_EB_ARGS / AOTC_EB_TIMEOUT_S (default 420) for bench/embedding_bag.py,
@@ -125,11 +127,11 @@ make_cli() {
 # ---- export: the examples for CUDA, both at once and while the C++ build runs ---------------------------------
 export_start() {
   mkdir -p "$PKGS"
-  ( aotc export models/mlp.py --device cuda --name mlp -o "$PKGS/mlp.pt2" >"$PKGS/mlp.log" 2>&1
+  ( aotc export models/mlp.py --device cuda --name mlp -o "$PKGS/mlp.pt2" ${AOTC_EXPORT_FLAGS:-} >"$PKGS/mlp.log" 2>&1
     echo $? >"$PKGS/mlp.rc" ) &
   EXPORT_PIDS="$!"
   ( aotc export models/bert.py:bert_base --device cuda --dtype fp16 --name bert_base -o "$PKGS/bert_base.pt2" \
-      >"$PKGS/bert_base.log" 2>&1
+      ${AOTC_EXPORT_FLAGS:-} >"$PKGS/bert_base.log" 2>&1
     echo $? >"$PKGS/bert_base.rc" ) &
   EXPORT_PIDS="$EXPORT_PIDS $!"
   EXPORTED="$PKGS/mlp $PKGS/bert_base"
@@ -374,7 +376,8 @@ for s in $STAGES; do
     test)
       [ -z "${AOTC_EB_GPU:-}" ] && wait_eb  # without a GPU of its own, the benchmark must not share one
       stage test "$OUT/pytest.log" env ${AOTC_TEST_GPU:+CUDA_VISIBLE_DEVICES=$AOTC_TEST_GPU} \
-        timeout "${AOTC_TEST_TIMEOUT_S:-240}" "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs tests ;;
+        timeout "${AOTC_TEST_TIMEOUT_S:-240}" "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs \
+        ${AOTC_TEST_ARGS:-tests} ;;
     multi) wait_eb; stage multi "$OUT/multi.log" multi ;;
     bench) [ -z "${AOTC_EB_GPU:-}" ] && wait_eb; stage bench "$OUT/bench.log" bench ;;
   esac

@@ -47,6 +47,39 @@ def run_clients(n, fn):
     return errors
 
 
+def test_batched_requests_asking_different_outputs_each_get_theirs(tmp_path, pkg_simple):
+    # A batch returns the outputs any of its requests asks for (a CUDA package copies no others to the host);
+    # each answer holds exactly the outputs its request named, with its own rows.
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple},
+                           {"simple": {"max_batch_size": 32, "max_queue_delay_us": 20000,
+                                       "run_inline_when_idle": False}})
+    rng = np.random.default_rng(11)
+    asks = [["OUTPUT0"], ["OUTPUT1"], ["OUTPUT1", "OUTPUT0"], None]  # None: no "outputs" field, so both
+    inputs = [(rng.integers(-10**6, 10**6, (1 + i % 2, 16), dtype=np.int32),
+               rng.integers(-10**6, 10**6, (1 + i % 2, 16), dtype=np.int32)) for i in range(32)]
+    with Server("cpp", repo) as s:
+        def client(i):
+            a, b = inputs[i]
+            ask = asks[i % len(asks)]
+            body = simple_request(a, b)
+            if ask is not None:
+                body["outputs"] = [{"name": n} for n in ask]
+            for _ in range(2):
+                status, r = s.json("POST", "/v2/models/simple/infer", body)
+                assert status == 200, r
+                out = {o["name"]: np.array(o["data"], np.int64).reshape(o["shape"]) for o in r["outputs"]}
+                assert sorted(out) == sorted(ask or ["OUTPUT0", "OUTPUT1"]), r["outputs"]
+                if "OUTPUT0" in out:
+                    assert (out["OUTPUT0"] == a.astype(np.int64) + b).all()
+                if "OUTPUT1" in out:
+                    assert (out["OUTPUT1"] == a.astype(np.int64) - b).all()
+
+        assert run_clients(32, client) == []
+        _, st = s.json("GET", "/v2/models/simple/stats")
+        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
+        assert max(batches) > 2, f"no batch larger than one request was formed: {batches}"
+
+
 def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
     # The hand-off to a runner is kept (run_inline_when_idle false): the simple model runs in microseconds,
     # so run on the HTTP thread a request is done before the next arrives, and batches would rarely form.

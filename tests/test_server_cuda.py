@@ -1,9 +1,10 @@
 """aotc-server (C++) with a CUDA package, black box, on a GPU machine: answers against the package's eager
-samples, batches cut to the CUDA graph buckets, --no-cuda-graphs, and config.json's device_index.
+samples, batches cut to the CUDA graph buckets, --no-cuda-graphs, config.json's device_index, and answers that
+hold only the outputs asked for.
 
 Not for CPU CI: every test is marked `cuda` and the module skips itself when torch sees no CUDA device.
-The package is the MLP of tests/test_cuda.py (its `package` fixture: $AOTC_CUDA_PACKAGES from bench/gpu.sh,
-else exported once). The server binary is $AOTC_SERVER_BIN, else `aotc-server` on PATH (bench/gpu.sh puts
+The packages are the MLP and BERT-base of tests/test_cuda.py (its `package` fixture: $AOTC_CUDA_PACKAGES
+from bench/gpu.sh, else exported once). The server binary is $AOTC_SERVER_BIN, else `aotc-server` on PATH (bench/gpu.sh puts
 it there). Each test starts its own server and sends requests from its own threads.
 """
 
@@ -90,3 +91,40 @@ def test_device_index_of_a_missing_gpu_is_refused(tmp_path, package):
         _, index = s.json("POST", "/v2/repository/index", {})
         far = next(e for e in index if e["name"] == "far")
         assert far["state"] == "UNAVAILABLE" and "CUDA device 99 does not exist" in far["reason"], far
+
+
+def test_an_answer_holds_only_the_outputs_asked_for(tmp_path, package):
+    """BERT (last_hidden_state and pooler_output) with CUDA graphs: the runtime copies back to the host only
+    the outputs a batch's requests ask for. Requests for pooler_output alone, for both, and for the default
+    (no "outputs": both), sent together so they share batches, each get exactly theirs, matching the
+    package's eager sample."""
+    import tritonclient.http as httpclient
+
+    pkg = package("bert_base")
+    (ids,), refs = read_samples(pkg)[0]
+    names = ["last_hidden_state", "pooler_output"]
+    repo = make_repository(tmp_path / "repo", {"bert_base": pkg},
+                           {"bert_base": {"max_batch_size": 32, "max_queue_delay_us": 20000, "device_index": 0}})
+    asks = [["pooler_output"], None, names, ["last_hidden_state"]]
+    with Server("cpp", repo) as s:
+        def client(i):
+            ask = asks[i % len(asks)]
+            c = httpclient.InferenceServerClient(f"127.0.0.1:{s.port}", network_timeout=60)
+            x = httpclient.InferInput("input_ids", list(ids.shape), "INT64")
+            x.set_data_from_numpy(ids, binary_data=True)
+            outs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in ask] if ask else None
+            for _ in range(3):
+                r = c.infer("bert_base", [x], outputs=outs)
+                returned = [o["name"] for o in r.get_response()["outputs"]]
+                assert sorted(returned) == sorted(ask or names), returned
+                for name, ref in zip(names, refs):
+                    if name in returned:
+                        got, want = r.as_numpy(name).astype(np.float32), ref.astype(np.float32)
+                        assert np.allclose(got, want, atol=2e-2, rtol=2e-2), \
+                            f"{name}: max abs diff {np.abs(got - want).max()}"
+            c.close()
+
+        assert run_clients(16, client) == []
+        _, st = s.json("GET", "/v2/models/bert_base/stats")
+        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
+        assert max(batches) > ids.shape[0], f"no batch larger than one request was formed: {batches}"

@@ -102,7 +102,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   return m;
 }
 
-std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted) const {
   const aotc::Manifest& man = session_->manifest();
   adopt_intra_op_threads();
   std::vector<at::Tensor> args;
@@ -115,13 +115,17 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs) const {
       args.push_back(at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape,
                                    at::TensorOptions().dtype(st)));
     }
-    std::vector<at::Tensor> outs = session_->run(args);
+    std::vector<at::Tensor> outs = session_->run(args, wanted);
     std::vector<Tensor> result;
     result.reserve(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) {
-      auto o = std::make_shared<const at::Tensor>(outs[i].contiguous().to(at::kCPU));
       Tensor t;
       t.name = i < man.outputs.size() ? man.outputs[i].name : "output" + std::to_string(i);
+      if (!outs[i].defined()) {  // not wanted
+        result.push_back(std::move(t));
+        continue;
+      }
+      auto o = std::make_shared<const at::Tensor>(outs[i].contiguous().to(at::kCPU));
       t.type = wire_from_scalar(o->scalar_type());
       t.shape.assign(o->sizes().begin(), o->sizes().end());
       // A view of the output tensor (pinned memory for CUDA packages), kept alive until the answer is encoded.

@@ -48,7 +48,8 @@ class Model {
 
   // Runs inputs given in the manifest's order, already validated against info(). Throws ServeError:
   // 400 when the runtime refuses the inputs, 500 when the model itself fails.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  // `wanted`: the outputs to return, by manifest index (empty: all); the others come back with no bytes.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted = {}) const;
 
  private:
   Model() = default;

@@ -12,6 +12,7 @@ namespace aotc::server {
 
 struct Scheduler::Job {
   std::vector<Tensor> inputs;
+  std::vector<bool> wanted;  // outputs to return, by manifest index; empty: all
   int64_t rows = 1;
   Clock::time_point enqueued;
   std::atomic<int> state{0};  // 0 queued, 1 taken by a runner, 2 cancelled by its timeout
@@ -65,10 +66,12 @@ Scheduler::~Scheduler() {
   for (auto& t : runners_) t.join();
 }
 
-std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us) {
+std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
+                                     std::vector<bool> wanted) {
   auto job = std::make_shared<Job>();
   job->rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
   job->inputs = std::move(inputs);
+  job->wanted = std::move(wanted);
   job->enqueued = Clock::now();
   bool run_inline = false;  // on instance 0, which is idle like every other
   {
@@ -216,6 +219,15 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
   std::vector<Tensor> outputs;
   std::optional<ServeError> error;
   Clock::time_point t1 = t0, t2 = t0;
+  // The outputs any of the batch's requests wants (empty: all)
+  std::vector<bool> wanted = jobs[0]->wanted;
+  for (const auto& j : jobs) {
+    if (j->wanted.empty()) {
+      wanted.clear();
+      break;
+    }
+    for (size_t o = 0; o < j->wanted.size() && o < wanted.size(); ++o) wanted[o] = wanted[o] || j->wanted[o];
+  }
   try {
     std::vector<Tensor> inputs;
     if (jobs.size() == 1) {
@@ -233,7 +245,7 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
       }
     }
     t1 = Clock::now();
-    outputs = instances_[instance].model->run(inputs);
+    outputs = instances_[instance].model->run(inputs, wanted);
     t2 = Clock::now();
     if (jobs.size() == 1) {
       jobs[0]->outputs = std::move(outputs);
@@ -241,6 +253,10 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
       for (auto& j : jobs) j->outputs.resize(outputs.size());
       for (size_t o = 0; o < outputs.size(); ++o) {
         const Tensor& t = outputs[o];
+        if (o < wanted.size() && !wanted[o]) {  // no request of this batch asked for it: nothing to split
+          for (auto& j : jobs) j->outputs[o].name = t.name;
+          continue;
+        }
         if (t.shape.empty() || t.shape[0] != total)
           throw ServeError(500, "output '" + t.name + "' has shape " + shape_str(t.shape) +
                                     ", expected the batch of " + std::to_string(total) + " rows first");

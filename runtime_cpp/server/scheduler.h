@@ -44,9 +44,12 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues `inputs` (manifest order, already validated) and blocks until their outputs are ready.
-  // Throws ServeError: 503 when the queue is full or `timeout_us` passes while queued; 400/500 from the model.
-  std::vector<Tensor> infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us);
+  // Queues `inputs` (manifest order, already validated) and blocks until their outputs are ready: those
+  // `wanted` marks (by manifest index; empty: all), the others with no bytes. A batch returns the outputs
+  // any of its requests wants. Throws ServeError: 503 when the queue is full or `timeout_us` passes while
+  // queued; 400/500 from the model.
+  std::vector<Tensor> infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
+                            std::vector<bool> wanted = {});
 
   // Counts a request refused before it reached the queue (bad input), so statistics see every request.
   void record_failure(const std::string& reason);

@@ -89,7 +89,13 @@ InferResponse infer(const Repository& repo, InferRequest request) {
   if (request.outputs.empty())
     for (size_t i = 0; i < info.outputs.size(); ++i) wanted.push_back({i, request.binary_output_default, {}});
 
-  std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us);
+  // Only the outputs asked for come back from the model: a CUDA package copies no others to the host.
+  std::vector<bool> keep;
+  if (!request.outputs.empty()) {
+    keep.assign(info.outputs.size(), false);
+    for (const auto& w : wanted) keep[w.index] = true;
+  }
+  std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us, std::move(keep));
   InferResponse r;
   r.model_name = info.name;
   r.model_version = info.version;

@@ -176,7 +176,9 @@ const std::string& Session::path() const { return impl_->path; }
 
 void Session::validate(const std::vector<at::Tensor>& inputs) const { validate_inputs(impl_->manifest, inputs); }
 
-std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) const { return run(inputs, {}); }
+
+std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted) const {
   validate_inputs(impl_->manifest, inputs);
   std::vector<at::Tensor> prepared;
   prepared.reserve(inputs.size());
@@ -193,7 +195,7 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) cons
   try {
     c10::InferenceMode guard;
 #ifdef AOTC_WITH_CUDA
-    if (impl_->cuda) outputs = impl_->cuda->run(prepared);
+    if (impl_->cuda) outputs = impl_->cuda->run(prepared, wanted);
     else
 #endif
     {
@@ -213,6 +215,8 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) cons
                                            std::to_string(outputs.size()) + " outputs, the manifest lists " +
                                            std::to_string(impl_->manifest.outputs.size()));
   }
+  for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i)
+    if (!wanted[i]) outputs[i] = at::Tensor();
   return outputs;
 }
 

@@ -112,6 +112,9 @@ class Session {
   // Throws Error(InvalidInput) with the numbers (name, expected, got) before anything reaches the .so,
   // Error(Internal) when the model itself fails.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  // As run(), returning only the outputs `wanted` marks (by manifest index; empty: all); the others come
+  // back undefined. A CUDA package then copies only those back to the host.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted) const;
 
   // The same check run() does, without running. Throws Error(InvalidInput).
   void validate(const std::vector<at::Tensor>& inputs) const;
