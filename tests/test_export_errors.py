@@ -123,15 +123,23 @@ def test_cli_takes_buckets():
 
 def test_static_batches_default_by_device():
     """Not given: the buckets up to 32 on CUDA where the model has a dynamic batch; none on the CPU, and none
-    without a batch dim (no error: the default asks for nothing it cannot have)."""
-    from aotc.pipeline import ExportOptions, _static_request, static_graph_plan
+    without a batch dim or without a bucket up to 32 in it (no error: the default asks for nothing it cannot
+    have). Given, as asked, errors included."""
+    from aotc.errors import ExportError
+    from aotc.pipeline import ExportOptions, _static_plan
 
-    cuda = _static_request(ExportOptions(device="cuda"), True)
-    assert [g["batch"] for g in static_graph_plan(cuda, {"min": 1, "max": 1024})] == [1, 2, 4, 8, 16, 32]
-    assert _static_request(ExportOptions(device="cuda"), False) == ()
-    assert _static_request(ExportOptions(device="cpu"), True) == ()
-    assert _static_request(ExportOptions(device="cuda", static_batches=()), True) == ()
-    assert _static_request(ExportOptions(device="cpu", static_batches=(4,)), True) == (4,)
+    def sizes(opts, batch):
+        return [g["batch"] for g in _static_plan(opts, batch)]
+
+    cuda, cpu = ExportOptions(device="cuda"), ExportOptions(device="cpu")
+    assert sizes(cuda, {"min": 1, "max": 1024}) == [1, 2, 4, 8, 16, 32]
+    assert sizes(cuda, {"min": 3, "max": 20}) == [4, 8, 16, 20]
+    assert sizes(cuda, None) == [] and sizes(cuda, {"min": 64, "max": 128}) == []
+    assert sizes(cpu, {"min": 1, "max": 1024}) == []
+    assert sizes(ExportOptions(device="cuda", static_batches=()), {"min": 1, "max": 64}) == []
+    assert sizes(ExportOptions(device="cpu", static_batches=(4,)), {"min": 1, "max": 64}) == [4]
+    with pytest.raises(ExportError, match="no bucket of the batch range"):
+        _static_plan(ExportOptions(device="cuda", static_batches="buckets:32"), {"min": 64, "max": 128})
 
 
 @pytest.mark.parametrize("args", [["--static-batches", "8,x"], ["--static-batches", "0"], ["--static-batches", ""],

@@ -83,11 +83,12 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise ExportError("--device cuda asked for, but this machine has no usable CUDA device; use --device cpu")
-    planned = _static_request(opts, opts.dynamic_batch is not None)
-    if isinstance(planned, str):  # "buckets": counted now with --dynamic-batch, else once the export has a range
-        lo_hi = {"min": opts.dynamic_batch[0], "max": opts.dynamic_batch[1]} if opts.dynamic_batch else None
-        planned = [g["batch"] for g in static_graph_plan(planned, lo_hi)] if lo_hi else ()
-    prog = report.Progress(7 + 2 * len(set(planned)), quiet=opts.quiet)
+    # the static graphs, counted now with --dynamic-batch (or a list of sizes), else once the export has a range
+    if opts.dynamic_batch:
+        planned = len(_static_plan(opts, {"min": opts.dynamic_batch[0], "max": opts.dynamic_batch[1]}))
+    else:
+        planned = len(set(opts.static_batches)) if isinstance(opts.static_batches, tuple) else 0
+    prog = report.Progress(7 + 2 * planned, quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
         mf = load_model_file(spec)
@@ -118,7 +119,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
         cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
-    static = static_graph_plan(_static_request(opts, batch is not None), batch)
+    static = _static_plan(opts, batch)
     prog.total = 7 + 2 * len(static)
     tol = tolerance_for(mf, opts.dtype)
     inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing, opts.inductor_extra)
@@ -194,12 +195,17 @@ def _static_batches_option(value) -> tuple[int, ...] | str | None:
     return value if value is None or isinstance(value, str) else tuple(value)
 
 
-def _static_request(opts, has_batch: bool):
-    """What --static-batches asks for: the option as given, else the device's default where the model has a
-    dynamic batch."""
+def _static_plan(opts, batch: dict | None) -> list[dict]:
+    """The static graphs to compile (static_graph_plan): those --static-batches asks for, else the device's
+    default where the model has a dynamic batch with a bucket in it (a default asks for nothing it cannot
+    have, so it never fails the export)."""
     if opts.static_batches is not None:
-        return opts.static_batches
-    return DEFAULT_STATIC_BATCHES[opts.device] if has_batch else ()
+        return static_graph_plan(opts.static_batches, batch)
+    default = DEFAULT_STATIC_BATCHES[opts.device]
+    if not default or batch is None:
+        return []
+    cap = int(default.split(":", 1)[1])
+    return static_graph_plan(default, batch) if batch["min"] <= cap else []
 
 
 def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
