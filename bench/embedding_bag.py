@@ -256,8 +256,11 @@ def profile_calls(label: str, fn, calls: int = 20) -> None:
 def aotc_export(spec: str, out: str, device: str, embedding_bag: str = "auto"):
     """Runs `aotc export` as a user would; returns the package loaded by AOTInductor's own loader, as plain
     AOTI is (aotc's Python Runner adds input validation that the C++ runtime does natively), or None."""
+    # --static-batches none: this measures the lowering in the one graph AOTInductor's loader runs ("model");
+    # CUDA exports would otherwise also compile a static graph per batching bucket
     r = subprocess.run([sys.executable, "-m", "aotc.cli", "export", spec, "-o", out, "--device", device,
-                        "--embedding-bag", embedding_bag], cwd=REPO, capture_output=True, text=True)
+                        "--embedding-bag", embedding_bag, "--static-batches", "none"],
+                       cwd=REPO, capture_output=True, text=True)
     chosen = [line for line in r.stdout.splitlines() if line.startswith(("rewrite", "   "))]
     if r.returncode != 0 or chosen:
         print("   ", spec, "\n    ".join(chosen) if chosen else r.stderr[-2000:], flush=True)
