@@ -22,8 +22,8 @@ void lend_weights(const Manifest& manifest, const std::string& graph, torch::ind
     if (it == have.end()) refuse("needs weight '" + fqn + "', which graph 'model' does not hold");
     auto dt = want_dtypes.find(name);
     if (dt != want_dtypes.end() && static_cast<int32_t>(it->second.scalar_type()) != dt->second) {
-      refuse("needs weight '" + fqn + "' as dtype " + std::to_string(dt->second) + ", graph 'model' holds " +
-             std::string(c10::toString(it->second.scalar_type())));
+      refuse("needs weight '" + fqn + "' as " + c10::toString(static_cast<c10::ScalarType>(dt->second)) +
+             ", graph 'model' holds it as " + c10::toString(it->second.scalar_type()));
     }
     lent.emplace(name, it->second);
   }
