@@ -22,7 +22,7 @@ DTYPE_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e
 # --static-batches when not given, for a model with a dynamic batch. On the H200, static graphs at the
 # buckets up to 32 made BERT-base's batch-8 call 19% shorter than the dynamic graph's (and ahead of
 # torch.compile's reduce-overhead, which the dynamic graph is not) and dynamic batching 4.4x instead of
-# 3.8x, for about 70 s more export, 13% more package and no more device memory (they run on the main graph's
+# 3.8x, for about 80 s more compile, 13% more package and no more device memory (they run on the main graph's
 # weights): docs/benchmarks.md. On the CPU, freezing folds the weights into each graph, so each would
 # carry its own copy: none by default.
 DEFAULT_STATIC_BATCHES = {"cpu": (), "cuda": "buckets:32"}
