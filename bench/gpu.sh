@@ -27,8 +27,9 @@
 # on a two-GPU machine they can run side by side without sharing a GPU).
 # Stage phases: bench/server_phases.py on the MLP (batch 64) and BERT (batch 1, 8) packages.
 # Stage pacing: aotc-run on BERT (batch 1, 8) with idle gaps of 0, 200 and 1000 us between calls.
-# Stage probe: BERT batch 1's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server at concurrency 1
-# (one model loaded, then three).
+# Stage probe: BERT's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server at concurrency 1
+# (one model loaded, then three), at the batch sizes in AOTC_PROBE_BATCHES (default "1"); AOTC_PROBE_CONFIGS
+# picks the server's config sets (default "default runner,default,unbatched").
 # Stage batching: bench/batching.py on BERT at concurrency 32 for bert_base.pt2 and each extra export.
 # Stage memory: bench/gpu_memory.py, the size and device memory of bert_base.pt2 and each extra export.
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
@@ -332,23 +333,26 @@ pacing() {
     done
   done
 }
-# probe: where BERT batch 1's call time goes (AOTC_CUDA_TIMING: host and device phases of each replayed call)
-# in aotc-run, back to back and paced, and in aotc-server at concurrency 1 with one copy of the model loaded,
-# then with three (the configs of stage phases).
+# probe: where BERT's call time goes (AOTC_CUDA_TIMING: host and device phases of each replayed call) in
+# aotc-run, back to back and paced, and in aotc-server at concurrency 1 with one copy of the model loaded,
+# then with three (the configs of stage phases). AOTC_PROBE_BATCHES (default "1"): the batch sizes;
+# AOTC_PROBE_CONFIGS (default "default runner,default,unbatched"): the server's config sets.
 probe() {
   make_ids
-  local gap configs
-  for gap in 0 200; do
-    echo "== aotc-run --gap-us $gap"
-    AOTC_CUDA_TIMING=1000 aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b1.npy --bench 3000 --warmup 300 \
-      --gap-us $gap 2>&1 | grep -E '^bench:|cuda timing' | tail -3
-  done
-  for configs in default runner,default,unbatched; do
-    echo "== aotc-server, configs $configs, batch 1, concurrency 1"
-    AOTC_CUDA_TIMING=1000 "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch 1 \
-      --configs $configs --rounds 2 --seconds 3 --server-log "$OUT/probe_server_$configs.log" \
-      --out "$OUT/probe_$configs.md" || return 1
-    grep "cuda timing" "$OUT/probe_server_$configs.log" | tail -5
+  local gap configs b
+  for b in ${AOTC_PROBE_BATCHES:-1}; do
+    for gap in 0 200; do
+      echo "== aotc-run --gap-us $gap, batch $b"
+      AOTC_CUDA_TIMING=1000 aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b$b.npy --bench 3000 --warmup 300 \
+        --gap-us $gap 2>&1 | grep -E '^bench:|cuda timing' | tail -3
+    done
+    for configs in ${AOTC_PROBE_CONFIGS:-default runner,default,unbatched}; do
+      echo "== aotc-server, configs $configs, batch $b, concurrency 1"
+      AOTC_CUDA_TIMING=1000 "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch $b \
+        --configs $configs --rounds 2 --seconds 3 --server-log "$OUT/probe_server_${configs}_b$b.log" \
+        --out "$OUT/probe_${configs}_b$b.md" || return 1
+      grep "cuda timing" "$OUT/probe_server_${configs}_b$b.log" | tail -5
+    done
   done
 }
 # batching: bench/batching.py, BERT batch-1 requests at concurrency 32, batched against unbatched, for the

@@ -128,3 +128,52 @@ def test_an_answer_holds_only_the_outputs_asked_for(tmp_path, package):
         _, st = s.json("GET", "/v2/models/bert_base/stats")
         batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
         assert max(batches) > ids.shape[0], f"no batch larger than one request was formed: {batches}"
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-cuda-graphs",)], ids=["graphs", "no-graphs"])
+def test_outputs_in_shared_memory_come_straight_from_the_device(tmp_path, package, flags):
+    """BERT's last_hidden_state asked into a shared memory region of each client's own, pooler_output in the
+    answer, by clients sharing batches: the runtime copies each request's rows from the device into its region
+    (page-locked at first use), with CUDA graphs and without; every region holds the eager sample's values."""
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    pkg = package("bert_base")
+    (ids,), (hidden, pooled) = read_samples(pkg)[0]
+    repo = make_repository(tmp_path / "repo", {"bert_base": pkg},
+                           {"bert_base": {"max_batch_size": 32, "max_queue_delay_us": 20000, "device_index": 0}})
+    n = 12
+    handles = []
+    with Server("cpp", repo, "--allow-shared-memory", *flags) as s:
+        try:
+            for i in range(n):
+                key = f"/aotc_cuda_test_{os.getpid()}_{i}"
+                handles.append(shm.create_shared_memory_region(f"h{i}", key, hidden.nbytes, create_only=True))
+                status, body = s.json("POST", f"/v2/systemsharedmemory/region/h{i}/register",
+                                      {"key": key, "offset": 0, "byte_size": hidden.nbytes})
+                assert status == 200, body
+
+            def client(i):
+                c = httpclient.InferenceServerClient(f"127.0.0.1:{s.port}", network_timeout=60)
+                x = httpclient.InferInput("input_ids", list(ids.shape), "INT64")
+                x.set_data_from_numpy(ids, binary_data=True)
+                out = httpclient.InferRequestedOutput("last_hidden_state")
+                out.set_shared_memory(f"h{i}", hidden.nbytes)
+                for _ in range(3):
+                    shm.set_shared_memory_region(handles[i], [np.zeros_like(hidden)])
+                    r = c.infer("bert_base", [x], outputs=[out, httpclient.InferRequestedOutput("pooler_output")])
+                    got = shm.get_contents_as_numpy(handles[i], hidden.dtype, list(hidden.shape)).astype(np.float32)
+                    assert np.allclose(got, hidden.astype(np.float32), atol=2e-2, rtol=2e-2), \
+                        f"client {i}: max abs diff {np.abs(got - hidden.astype(np.float32)).max()}"
+                    assert np.allclose(r.as_numpy("pooler_output").astype(np.float32), pooled.astype(np.float32),
+                                       atol=2e-2, rtol=2e-2)
+                c.close()
+
+            assert run_clients(n, client) == []
+            _, st = s.json("GET", "/v2/models/bert_base/stats")
+            batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
+            assert max(batches) > ids.shape[0], f"no batch larger than one request was formed: {batches}"
+            assert "stays pageable" not in s.log(), s.log()[-2000:]
+        finally:
+            for h in handles:
+                shm.destroy_shared_memory_region(h)

@@ -196,3 +196,54 @@ def test_off_without_the_flag(kind, model_repository, pkg_mlp):
         status, body = s.json("POST", "/v2/models/mlp/infer", {"inputs": [
             {"name": "x", "shape": [1, 512], "datatype": "FP32", "data": x.ravel().tolist()}]})
         assert status == 200
+
+
+def test_batched_requests_write_their_rows_into_their_own_regions(tmp_path, region, pkg_simple):
+    """Requests that share a batch each get their own rows in their own region (the model call writes them there,
+    aotc-server only), next to requests answered in the body; one whose region is too small is refused alone."""
+    from servers import make_repository
+    from test_server_batching import run_clients, simple_request
+
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple},
+                           {"simple": {"max_batch_size": 32, "max_queue_delay_us": 20000,
+                                       "run_inline_when_idle": False}})
+    rng = np.random.default_rng(12)
+    n = 16
+    inputs = [(rng.integers(-10**6, 10**6, (1 + i % 3, 16), dtype=np.int32),
+               rng.integers(-10**6, 10**6, (1 + i % 3, 16), dtype=np.int32)) for i in range(n)]
+    with Server("cpp", repo, "--allow-shared-memory") as s:
+        handles = {}
+        for i, (a, _) in enumerate(inputs):
+            if i % 2 == 0:  # OUTPUT0 into a region, 32 bytes in; client 6's region is one row short
+                size = 32 + a.nbytes - (64 if i == 6 else 0)
+                handles[i], key = region(f"out{i}", size)
+                status, body = s.json("POST", f"/v2/systemsharedmemory/region/out{i}/register",
+                                      {"key": key, "offset": 0, "byte_size": size})
+                assert status == 200, body
+
+        def client(i):
+            a, b = inputs[i]
+            body = simple_request(a, b)
+            if i % 2 == 0:
+                body["outputs"] = [{"name": "OUTPUT0", "parameters": {
+                    "shared_memory_region": f"out{i}", "shared_memory_offset": 32,
+                    "shared_memory_byte_size": a.nbytes - (64 if i == 6 else 0)}}, {"name": "OUTPUT1"}]
+            status, r = s.json("POST", "/v2/models/simple/infer", body)
+            if i == 6:
+                assert status == 400 and "shared_memory_byte_size gives it" in r["error"], r
+                return
+            assert status == 200, r
+            out = {o["name"]: o for o in r["outputs"]}
+            assert np.array_equal(np.array(out["OUTPUT1"]["data"], np.int64).reshape(a.shape), a.astype(np.int64) - b)
+            if i % 2 == 0:
+                assert "data" not in out["OUTPUT0"]
+                got = shm.get_contents_as_numpy(handles[i], np.int32, list(a.shape), offset=32)
+            else:
+                got = np.array(out["OUTPUT0"]["data"], np.int32).reshape(a.shape)
+            assert np.array_equal(got, a + b), f"client {i}"
+
+        for _ in range(2):
+            assert run_clients(n, client) == []
+        _, st = s.json("GET", "/v2/models/simple/stats")
+        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
+        assert max(batches) > 3, f"no batch larger than one request was formed: {batches}"

@@ -65,6 +65,14 @@ int set_intra_op_threads(int n) {
 
 int visible_gpu_count() { return static_cast<int>(at::getNumGPUs()); }
 
+std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) {
+  try {
+    return aotc::pin_host_memory(data, bytes);
+  } catch (const std::exception& e) {
+    throw ServeError(500, e.what());
+  }
+}
+
 std::string package_device(const std::string& path) {
   try {
     return aotc::read_manifest(path).device;
@@ -102,7 +110,8 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   return m;
 }
 
-std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted) const {
+std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
+                               const std::vector<RowSink>& sinks) const {
   const aotc::Manifest& man = session_->manifest();
   adopt_intra_op_threads();
   std::vector<at::Tensor> args;
@@ -115,7 +124,12 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vec
       args.push_back(at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape,
                                    at::TensorOptions().dtype(st)));
     }
-    std::vector<at::Tensor> outs = session_->run(args, wanted);
+    std::vector<aotc::OutputSink> to;
+    to.reserve(sinks.size());
+    for (const auto& s : sinks)
+      to.push_back({s.sink->output, s.row, s.rows, s.sink->data.get(), s.sink->capacity, false});
+    std::vector<at::Tensor> outs = session_->run(args, wanted, to);
+    for (size_t i = 0; i < sinks.size(); ++i) sinks[i].sink->written = to[i].written;
     std::vector<Tensor> result;
     result.reserve(outs.size());
     for (size_t i = 0; i < outs.size(); ++i) {

@@ -32,6 +32,10 @@ int set_intra_op_threads(int n);
 // GPUs this process sees (0 on a CPU build of torch or a machine without CUDA).
 int visible_gpu_count();
 
+// Page-locks [data, data + bytes) for CUDA copies (aotc::pin_host_memory): the handle unlocks it when the
+// last copy goes; nullptr without a CUDA device. Throws ServeError(500) with the driver's reason.
+std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
+
 // The device a package was exported for ("cpu" or "cuda"), from its manifest, without loading its code.
 // Throws ServeError(503) with the one-line reason when the manifest cannot be read.
 std::string package_device(const std::string& path);
@@ -49,7 +53,15 @@ class Model {
   // Runs inputs given in the manifest's order, already validated against info(). Throws ServeError:
   // 400 when the runtime refuses the inputs, 500 when the model itself fails.
   // `wanted`: the outputs to return, by manifest index (empty: all); the others come back with no bytes.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted = {}) const;
+  // `sinks`: rows [row, row + rows) of an output to write into the sink's memory as well (rows -1: all); see
+  // RowSink. Rows written there are unspecified in the returned tensor.
+  struct RowSink {
+    OutputSink* sink;
+    int64_t row = 0;
+    int64_t rows = -1;
+  };
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted = {},
+                          const std::vector<RowSink>& sinks = {}) const;
 
  private:
   Model() = default;

@@ -91,7 +91,7 @@ struct Routes::Call {
 };
 
 Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
-    : options_(options), repo_(repo), info_(std::move(info)), shm_(options.allow_shared_memory) {
+    : options_(options), repo_(repo), info_(std::move(info)), shm_(options.allow_shared_memory, pin_host_memory) {
   const std::string m = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
   auto json = [](Reply& r, std::string body, int status = 200) {
     r.status = status;
@@ -101,7 +101,7 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
       // The hot path first: most requests match the first pattern tried.
       {"POST", std::regex(m + "/infer"),
        [](Routes& s, Call& c, Reply& r) {
-         s.repo_.get(c.model(), c.version());  // unknown (404) or not ready (503) before parsing the body
+         auto sched = s.repo_.get(c.model(), c.version());  // unknown (404) or not ready (503) before parsing the body
          InferRequest req;
          std::string hl = c.req.header("Inference-Header-Content-Length");
          if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
@@ -112,7 +112,7 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
            req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
            req.model = c.model();
            req.version = c.version();
-           s.shm_.resolve(req);
+           s.shm_.resolve(req, /*pin_outputs=*/sched->info().device == "cuda");
          }
          size_t json_length = 0;
          r.body = codec::write_infer_response(service::infer(s.repo_, std::move(req)), &json_length);

@@ -13,6 +13,7 @@ namespace aotc::server {
 struct Scheduler::Job {
   std::vector<Tensor> inputs;
   std::vector<bool> wanted;  // outputs to return, by manifest index; empty: all
+  std::vector<OutputSink> sinks;
   int64_t rows = 1;
   Clock::time_point enqueued;
   std::atomic<int> state{0};  // 0 queued, 1 taken by a runner, 2 cancelled by its timeout
@@ -67,8 +68,9 @@ Scheduler::~Scheduler() {
 }
 
 std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
-                                     std::vector<bool> wanted) {
+                                     std::vector<bool> wanted, std::vector<OutputSink> sinks) {
   auto job = std::make_shared<Job>();
+  job->sinks = std::move(sinks);
   job->rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
   job->inputs = std::move(inputs);
   job->wanted = std::move(wanted);
@@ -244,8 +246,15 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
         inputs[i].bytes = Bytes(std::move(batch));
       }
     }
+    // Each request's sinks take its rows of the batch (all of them when it runs alone).
+    std::vector<Model::RowSink> sinks;
+    int64_t row = 0;
+    for (auto& j : jobs) {
+      for (auto& s : j->sinks) sinks.push_back({&s, jobs.size() == 1 ? 0 : row, jobs.size() == 1 ? -1 : j->rows});
+      row += j->rows;
+    }
     t1 = Clock::now();
-    outputs = instances_[instance].model->run(inputs, wanted);
+    outputs = instances_[instance].model->run(inputs, wanted, sinks);
     t2 = Clock::now();
     if (jobs.size() == 1) {
       jobs[0]->outputs = std::move(outputs);
@@ -275,6 +284,14 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
         }
       }
     }
+    // Outputs the call wrote into a request's sink are read from there: the rows in the batch's tensor are
+    // unspecified.
+    for (auto& j : jobs)
+      for (const auto& s : j->sinks)
+        if (s.written && s.output < j->outputs.size()) {
+          Tensor& t = j->outputs[s.output];
+          t.bytes = Bytes(s.data, s.data.get(), t.bytes.size());
+        }
   } catch (const ServeError& e) {
     error = e;
   } catch (const std::exception& e) {

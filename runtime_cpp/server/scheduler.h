@@ -46,10 +46,12 @@ class Scheduler {
 
   // Queues `inputs` (manifest order, already validated) and blocks until their outputs are ready: those
   // `wanted` marks (by manifest index; empty: all), the others with no bytes. A batch returns the outputs
-  // any of its requests wants. Throws ServeError: 503 when the queue is full or `timeout_us` passes while
-  // queued; 400/500 from the model.
+  // any of its requests wants. `sinks`: outputs to write straight into the request's memory (its shared
+  // memory regions), where the model call puts its rows of the batch; such an output comes back as a view of
+  // its sink's memory when it fit, else in the usual tensor. Throws ServeError: 503 when the queue is full or
+  // `timeout_us` passes while queued; 400/500 from the model.
   std::vector<Tensor> infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
-                            std::vector<bool> wanted = {});
+                            std::vector<bool> wanted = {}, std::vector<OutputSink> sinks = {});
 
   // Counts a request refused before it reached the queue (bad input), so statistics see every request.
   void record_failure(const std::string& reason);

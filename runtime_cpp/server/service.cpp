@@ -95,7 +95,12 @@ InferResponse infer(const Repository& repo, InferRequest request) {
     keep.assign(info.outputs.size(), false);
     for (const auto& w : wanted) keep[w.index] = true;
   }
-  std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us, std::move(keep));
+  // Outputs asked for in shared memory: the model call writes them there itself (a CUDA model straight from
+  // the device), leaving no copy to make here.
+  std::vector<OutputSink> sinks;
+  for (const auto& w : wanted)
+    if (w.shm && w.shm->data) sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
+  std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us, std::move(keep), std::move(sinks));
   InferResponse r;
   r.model_name = info.name;
   r.model_version = info.version;
@@ -112,7 +117,7 @@ InferResponse infer(const Repository& repo, InferRequest request) {
         throw bad_request("output '" + o.tensor.name + "' " + shape_str(o.tensor.shape) + " is " + std::to_string(n) +
                           " bytes, shared_memory_byte_size gives it " + std::to_string(shm->byte_size) +
                           " in region '" + shm->region + "'");
-      std::memcpy(shm->data.get(), o.tensor.bytes.data(), n);
+      if (o.tensor.bytes.data() != shm->data.get()) std::memcpy(shm->data.get(), o.tensor.bytes.data(), n);
       o.shm = std::move(shm);
       r.outputs.push_back(std::move(o));
       continue;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 namespace aotc::server {
@@ -20,7 +21,10 @@ struct SharedMemoryRegistry::Mapping {
   void* base = MAP_FAILED;
   size_t length = 0;
   char* data = nullptr;  // the byte at region.offset
+  std::once_flag pin_once;
+  std::shared_ptr<void> pinned;  // page-locked for CUDA copies; unlocked before the unmap
   ~Mapping() {
+    pinned.reset();
     if (base != MAP_FAILED) ::munmap(base, length);
   }
 };
@@ -88,7 +92,8 @@ std::vector<SharedMemoryRegion> SharedMemoryRegistry::status(const std::string& 
   return out;
 }
 
-std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, const std::string& what) const {
+std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, const std::string& what,
+                                                   bool pin) const {
   std::shared_ptr<Mapping> m;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -101,18 +106,26 @@ std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, c
     throw bad_request(what + ": shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
                       std::to_string(ref.byte_size) + " exceeds region '" + ref.region + "' (" +
                       std::to_string(m->region.byte_size) + " bytes)");
+  if (pin && pin_)
+    std::call_once(m->pin_once, [&] {
+      try {
+        m->pinned = pin_(m->base, m->length);
+      } catch (const std::exception& e) {  // the copy path still works, a little slower
+        std::fprintf(stderr, "aotc-server: shared memory region '%s' stays pageable: %s\n", ref.region.c_str(), e.what());
+      }
+    });
   char* p = m->data + ref.offset;
   return std::shared_ptr<char>(std::move(m), p);  // shares the mapping's lifetime
 }
 
-void SharedMemoryRegistry::resolve(InferRequest& request) const {
+void SharedMemoryRegistry::resolve(InferRequest& request, bool pin_outputs) const {
   if (request.input_shm.empty() && std::none_of(request.outputs.begin(), request.outputs.end(),
                                                 [](const RequestedOutput& o) { return o.shm.has_value(); }))
     return;
   check_enabled();
   for (auto& [index, ref] : request.input_shm) {
     Tensor& t = request.inputs.at(index);
-    ref.data = locate(ref, "input '" + t.name + "'");
+    ref.data = locate(ref, "input '" + t.name + "'", false);
     // A view of the region where the bytes are aligned like a heap allocation; a copy where the client's
     // offset is not, so that no kernel meets a tensor at an odd address.
     const char* p = ref.data.get();
@@ -121,7 +134,7 @@ void SharedMemoryRegistry::resolve(InferRequest& request) const {
     else t.bytes = Bytes(std::string(p, n));
   }
   for (auto& o : request.outputs)
-    if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'");
+    if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'", pin_outputs);
 }
 
 }  // namespace aotc::server

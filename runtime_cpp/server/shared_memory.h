@@ -5,11 +5,13 @@
 // client read and write access to that object with the server's rights.
 //
 // Ownership: the registry maps each region; a resolved SharedMemoryRef shares the mapping, so a region
-// unregistered while a request uses it is unmapped when the request lets go. Thread-safe: every call may come
-// from any thread.
+// unregistered while a request uses it is unmapped when the request lets go. A region that first takes the
+// output of a CUDA model is page-locked (the registry's Pinner) so the model copies into it from the device by
+// DMA; it is unlocked before it is unmapped. Thread-safe: every call may come from any thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,7 +24,11 @@ namespace aotc::server {
 
 class SharedMemoryRegistry {
  public:
-  explicit SharedMemoryRegistry(bool enabled) : enabled_(enabled) {}
+  // Page-locks memory for device copies; returns the handle that unlocks it, or nullptr when there is
+  // nothing to lock for (no GPU). Throws ServeError when the driver refuses.
+  using Pinner = std::function<std::shared_ptr<void>(void* data, size_t bytes)>;
+
+  explicit SharedMemoryRegistry(bool enabled, Pinner pin = {}) : enabled_(enabled), pin_(std::move(pin)) {}
   bool enabled() const { return enabled_; }
 
   // Maps `byte_size` bytes at `offset` of the object `key`. ServeError 400: name taken, no such object, the
@@ -34,15 +40,18 @@ class SharedMemoryRegistry {
   std::vector<SharedMemoryRegion> status(const std::string& name) const;
 
   // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) at its
-  // region. ServeError 400 for an unknown region or a range past its end; 403 when the extension is off.
-  void resolve(InferRequest& request) const;
+  // region; with `pin_outputs` (a CUDA model's request) the output regions are page-locked first, once per
+  // region (a region the driver refuses to lock stays usable through a copy, and says so on stderr once).
+  // ServeError 400 for an unknown region or a range past its end; 403 when the extension is off.
+  void resolve(InferRequest& request, bool pin_outputs = false) const;
 
  private:
   struct Mapping;
   void check_enabled() const;
-  std::shared_ptr<char> locate(const SharedMemoryRef& ref, const std::string& what) const;
+  std::shared_ptr<char> locate(const SharedMemoryRef& ref, const std::string& what, bool pin) const;
 
   bool enabled_;
+  Pinner pin_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Mapping>> regions_;
 };

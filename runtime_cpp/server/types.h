@@ -141,6 +141,17 @@ struct SharedMemoryRegion {
   uint64_t byte_size = 0;
 };
 
+// Memory a request wants an output's rows written into by the model call itself (its shared memory
+// region): the scheduler turns the rows of each request of a batch into the runtime's OutputSink, and a CUDA
+// model copies them there from the device. `written` is set when the call put them there; when it did not
+// (they did not fit `capacity`), the output comes back in the usual tensor.
+struct OutputSink {
+  size_t output = 0;          // manifest index
+  std::shared_ptr<char> data;  // keeps the region mapped
+  size_t capacity = 0;
+  bool written = false;
+};
+
 struct RequestedOutput {
   std::string name;
   std::optional<bool> binary;  // per-output binary_data; nullopt = request default

@@ -20,6 +20,24 @@
 #include <cuda_runtime_api.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
+#include "sinks.h"
+
+namespace aotc {
+
+std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0 || c10::cuda::device_count() == 0) return nullptr;
+  // Portable: page-locked for every device's context, so an executor on any GPU copies into it by DMA.
+  const cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear it, so that the next unrelated CUDA call does not report it
+    throw Error(Error::Kind::Internal, "cannot page-lock " + std::to_string(bytes) +
+                                           " bytes of host memory for CUDA copies: " + cudaGetErrorString(err));
+  }
+  return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
+}
+
+}  // namespace aotc
+
 namespace aotc::cuda {
 
 namespace {
@@ -281,6 +299,41 @@ std::string CudaExecutor::graph_name(int64_t batch) const {
   return it != manifest_.static_graphs.end() ? it->second : "model";
 }
 
+namespace {
+
+bool is_wanted(const std::vector<bool>& wanted, size_t i) { return i >= wanted.size() || wanted[i]; }
+
+bool on_device(const std::vector<at::Tensor>& inputs) {
+  return !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_cuda(); });
+}
+
+// A device tensor's contents in freshly allocated pinned host memory, copied on the current stream.
+at::Tensor to_host_async(const at::Tensor& src) {
+  at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
+  host.copy_(src, /*non_blocking=*/true);
+  return host;
+}
+
+// Enqueues the copies of output `index` (`src`, contiguous, on the device) into the sinks that name it, on
+// `stream`. Returns whether they took every row, so that the output need not come back in a tensor too.
+bool copy_to_sinks(const at::Tensor& src, size_t index, bool batched, std::vector<OutputSink>* sinks,
+                   cudaStream_t stream) {
+  if (!sinks) return false;
+  std::vector<SinkRange> written;
+  for (auto& s : *sinks) {
+    if (s.output != index) continue;
+    auto r = sink_range(src, batched, s);
+    if (!r) continue;
+    C10_CUDA_CHECK(cudaMemcpyAsync(s.data, static_cast<const char*>(src.data_ptr()) + r->offset, r->size,
+                                   cudaMemcpyDeviceToHost, stream));
+    s.written = true;  // once the caller's synchronization of `stream` has returned
+    written.push_back(*r);
+  }
+  return !written.empty() && covers_all(std::move(written), batched && src.dim() > 0 ? src.size(0) : 1);
+}
+
+}  // namespace
+
 CudaExecutor::Runner& CudaExecutor::acquire() {
   std::unique_lock<std::mutex> lk(free_mu_);
   free_cv_.wait(lk, [this] { return !free_.empty(); });
@@ -297,7 +350,8 @@ void CudaExecutor::release(Runner& runner) {
   free_cv_.notify_one();
 }
 
-std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted) {
+std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted,
+                                          std::vector<OutputSink>* sinks) {
   // AOTC_CUDA_TIMING only: no clock read on the hot path otherwise
   const auto entered = timing_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   Runner& runner = acquire();
@@ -308,28 +362,13 @@ std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs,
   } release_on_exit{this, &runner};
   c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_index_));
   c10::cuda::CUDAStreamGuard stream_guard(runner.stream);
-  return graphs_ ? run_graph(runner, inputs, wanted, entered) : run_eager(runner, inputs, wanted);
+  if (sinks && on_device(inputs)) sinks = nullptr;  // device outputs stay on the device
+  return graphs_ ? run_graph(runner, inputs, wanted, sinks, entered) : run_eager(runner, inputs, wanted, sinks);
 }
 
-namespace {
-
-bool is_wanted(const std::vector<bool>& wanted, size_t i) { return i >= wanted.size() || wanted[i]; }
-
-bool on_device(const std::vector<at::Tensor>& inputs) {
-  return !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_cuda(); });
-}
-
-// A device tensor's contents in freshly allocated pinned host memory, copied on the current stream.
-at::Tensor to_host_async(const at::Tensor& src) {
-  at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
-  host.copy_(src, /*non_blocking=*/true);
-  return host;
-}
-
-}  // namespace
 
 std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vector<at::Tensor>& inputs,
-                                                const std::vector<bool>& wanted) {
+                                                const std::vector<bool>& wanted, std::vector<OutputSink>* sinks) {
   const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index_));
   const bool device_io = on_device(inputs);
   std::vector<at::Tensor> dev;
@@ -348,9 +387,19 @@ std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vecto
   }
   auto& loader = manifest_.batch ? loader_for(inputs.at(0).size(0)) : *loader_;
   std::vector<at::Tensor> outs = loader.run(dev, runner.stream.stream());
+  const bool batched = manifest_.batch.has_value();
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (!is_wanted(wanted, i)) outs[i] = at::Tensor();
-    else if (!device_io) outs[i] = to_host_async(outs[i]);
+    if (!is_wanted(wanted, i)) {
+      outs[i] = at::Tensor();
+      continue;
+    }
+    if (device_io) continue;
+    if (!outs[i].is_contiguous()) outs[i] = outs[i].contiguous();
+    // Every row in a sink: a host tensor of the right shape that nobody reads, and no second copy.
+    if (copy_to_sinks(outs[i], i, batched, sinks, runner.stream.stream()))
+      outs[i] = at::empty(outs[i].sizes(), outs[i].options().device(at::kCPU));
+    else
+      outs[i] = to_host_async(outs[i]);
   }
   runner.stream.synchronize();
   return outs;
@@ -393,7 +442,7 @@ CudaExecutor::Graph& CudaExecutor::graph_for(Runner& runner, int64_t bucket) {
 }
 
 std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vector<at::Tensor>& inputs,
-                                                const std::vector<bool>& wanted,
+                                                const std::vector<bool>& wanted, std::vector<OutputSink>* sinks,
                                                 std::chrono::steady_clock::time_point entered) {
   using clock = std::chrono::steady_clock;
   clock::time_point marks[5];  // AOTC_CUDA_TIMING: graph chosen, copy-in enqueued, replayed, outputs enqueued, done
@@ -441,7 +490,10 @@ std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vecto
     }
     if (!src.is_contiguous()) src = src.contiguous();
     at::Tensor host = output_pool_->take(src.sizes(), src.scalar_type(), o.nbytes());
-    C10_CUDA_CHECK(cudaMemcpyAsync(host.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost, stream));
+    // Rows the caller's sinks take go there straight from the device (a page-locked shared memory region:
+    // one DMA, no staging); the pool buffer then gets the output only when some row is in no sink.
+    if (!copy_to_sinks(src, i, batched, sinks, stream))
+      C10_CUDA_CHECK(cudaMemcpyAsync(host.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDeviceToHost, stream));
     outs.push_back(std::move(host));
   }
   mark(3);

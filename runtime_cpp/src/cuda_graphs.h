@@ -61,8 +61,11 @@ class CudaExecutor {
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
   // Runs validated, contiguous inputs (all on the host, or all on this executor's device). Outputs `wanted`
-  // does not mark (by index; empty: all) are not copied out and come back undefined.
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted = {});
+  // does not mark (by index; empty: all) are not copied out and come back undefined. With host inputs, the
+  // rows `sinks` name are copied from the device straight into them (OutputSink); an output whose rows all
+  // went to sinks is not copied to the returned tensor too. Device inputs leave sinks unwritten.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted = {},
+                              std::vector<OutputSink>* sinks = nullptr);
 
   // Batch buckets graphs are captured for (the powers of two up to the maximum batch, and every static
   // graph's batch); empty when graphs are off or the shapes do not allow them (a dynamic dim other than the
@@ -82,9 +85,10 @@ class CudaExecutor {
   Runner& acquire();
   void release(Runner& runner);
   std::vector<at::Tensor> run_eager(Runner& runner, const std::vector<at::Tensor>& inputs,
-                                    const std::vector<bool>& wanted);
+                                    const std::vector<bool>& wanted, std::vector<OutputSink>* sinks);
   std::vector<at::Tensor> run_graph(Runner& runner, const std::vector<at::Tensor>& inputs,
-                                    const std::vector<bool>& wanted, std::chrono::steady_clock::time_point entered);
+                                    const std::vector<bool>& wanted, std::vector<OutputSink>* sinks,
+                                    std::chrono::steady_clock::time_point entered);
   Graph& graph_for(Runner& runner, int64_t bucket);
   int64_t bucket_for(int64_t batch) const;
   torch::inductor::AOTIModelPackageLoader& loader_for(int64_t batch);

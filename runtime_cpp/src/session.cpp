@@ -21,6 +21,7 @@
 #include "aotc/npy.h"
 #include "aotc/runtime.h"
 #include "archive.h"
+#include "sinks.h"
 #include "weights.h"
 #ifdef AOTC_WITH_CUDA
 #include "cuda_graphs.h"  // CUDA packages run through CudaExecutor (pinned copies, stream per runner, graphs)
@@ -179,6 +180,13 @@ void Session::validate(const std::vector<at::Tensor>& inputs) const { validate_i
 std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs) const { return run(inputs, {}); }
 
 std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted) const {
+  std::vector<OutputSink> none;
+  return run(inputs, wanted, none);
+}
+
+std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted,
+                                     std::vector<OutputSink>& sinks) const {
+  for (auto& s : sinks) s.written = false;
   validate_inputs(impl_->manifest, inputs);
   std::vector<at::Tensor> prepared;
   prepared.reserve(inputs.size());
@@ -195,7 +203,7 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, cons
   try {
     c10::InferenceMode guard;
 #ifdef AOTC_WITH_CUDA
-    if (impl_->cuda) outputs = impl_->cuda->run(prepared, wanted);
+    if (impl_->cuda) outputs = impl_->cuda->run(prepared, wanted, &sinks);
     else
 #endif
     {
@@ -217,8 +225,13 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, cons
   }
   for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i)
     if (!wanted[i]) outputs[i] = at::Tensor();
+  if (!sinks.empty() && impl_->device.is_cpu()) write_host_sinks(outputs, impl_->manifest.batch.has_value(), sinks);
   return outputs;
 }
+
+#ifndef AOTC_WITH_CUDA
+std::shared_ptr<void> pin_host_memory(void*, size_t) { return nullptr; }  // no CUDA in this build
+#endif
 
 std::vector<int64_t> Session::cuda_graph_buckets() const {
 #ifdef AOTC_WITH_CUDA

@@ -86,6 +86,26 @@ struct Manifest {
 // Parses a manifest JSON string. Throws Error(PackageRefused) naming the field that is missing or wrong.
 Manifest parse_manifest(const std::string& json);
 
+// Host memory the caller owns into which Session::run writes rows [row, row + rows) of output `output`
+// (dim 0; an output of a package without a batch dim: row 0, rows -1, the whole tensor), e.g. a shared
+// memory region a client reads its answer from. Written only when those bytes fit `capacity`; run() sets
+// `written`. `data` must stay valid for the call. Page-locked memory (pin_host_memory) lets a CUDA session
+// copy into it by DMA.
+struct OutputSink {
+  size_t output = 0;      // manifest index
+  int64_t row = 0;
+  int64_t rows = -1;      // -1: every row from `row` on
+  void* data = nullptr;
+  size_t capacity = 0;    // bytes at data
+  bool written = false;   // set by run(): the rows are at data
+};
+
+// Page-locks [data, data + bytes) for every CUDA device of the process (cudaHostRegister, portable), so
+// device-to-host copies into it (OutputSink) run as DMA. Returns the handle that unlocks it when the last
+// copy is gone (release it before the memory is unmapped), or nullptr when this build has no CUDA or no CUDA
+// device is visible. Throws Error(Internal) with CUDA's reason when the driver refuses.
+std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
+
 struct SessionOptions {
   size_t num_runners = 1;      // how many run() calls may execute in the model at once
   int device_index = -1;       // CUDA device for a CUDA package; -1 = current device
@@ -115,6 +135,11 @@ class Session {
   // As run(), returning only the outputs `wanted` marks (by manifest index; empty: all); the others come
   // back undefined. A CUDA package then copies only those back to the host.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted) const;
+  // As run(inputs, wanted), also writing rows of wanted outputs straight into the caller's memory (`sinks`;
+  // see OutputSink). A CUDA session copies them from the device to the sink with no host staging; rows that
+  // went to a sink are unspecified in the returned tensor.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted,
+                              std::vector<OutputSink>& sinks) const;
 
   // The same check run() does, without running. Throws Error(InvalidInput).
   void validate(const std::vector<at::Tensor>& inputs) const;
