@@ -29,7 +29,8 @@
 # Stage pacing: aotc-run on BERT (batch 1, 8) with idle gaps of 0, 200 and 1000 us between calls.
 # Stage probe: BERT's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server at concurrency 1
 # (one model loaded, then three), at the batch sizes in AOTC_PROBE_BATCHES (default "1"); AOTC_PROBE_CONFIGS
-# picks the server's config sets (default "default runner,default,unbatched").
+# picks the server's config sets (default "default runner,default,unbatched"); AOTC_PROBE_BUSY_POLL_US=N repeats
+# each server part on a server started with --busy-poll-us N.
 # Stage batching: bench/batching.py on BERT at concurrency 32 for bert_base.pt2 and each extra export.
 # Stage memory: bench/gpu_memory.py, the size and device memory of bert_base.pt2 and each extra export.
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
@@ -352,6 +353,13 @@ probe() {
         --configs $configs --rounds 2 --seconds 3 --server-log "$OUT/probe_server_${configs}_b$b.log" \
         --out "$OUT/probe_${configs}_b$b.md" || return 1
       grep "cuda timing" "$OUT/probe_server_${configs}_b$b.log" | tail -5
+      if [ -n "${AOTC_PROBE_BUSY_POLL_US:-}" ]; then
+        echo "== the same, aotc-server --busy-poll-us $AOTC_PROBE_BUSY_POLL_US"
+        AOTC_CUDA_TIMING=1000 "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch $b \
+          --configs $configs --rounds 2 --seconds 3 --busy-poll-us "$AOTC_PROBE_BUSY_POLL_US" \
+          --server-log "$OUT/probe_server_${configs}_b${b}_busy.log" --out "$OUT/probe_${configs}_b${b}_busy.md" || return 1
+        grep "cuda timing" "$OUT/probe_server_${configs}_b${b}_busy.log" | tail -5
+      fi
     done
   done
 }

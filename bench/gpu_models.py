@@ -117,6 +117,9 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=480, help="stop starting new parts after this long")
     ap.add_argument("--out", type=Path, default=Path("gpu_bench.md"))
     ap.add_argument("--http-seconds", type=float, default=3.0, help="seconds per HTTP load level")
+    ap.add_argument("--busy-poll-us", type=int, default=0, help="also measure concurrency 1 on servers started "
+                    "with --busy-poll-us N, taking turns with the default (default 0: not)")
+    ap.add_argument("--server-rounds", type=int, default=1, help="rounds of the concurrency-1 HTTP cells")
     ap.add_argument("--skip", default="", help="comma-separated parts to leave out, e.g. compile-max-autotune")
     ap.add_argument("--only", default="", help="comma-separated parts to run, nothing else (e.g. "
                     "compile-max-autotune,aotc-run-extra; a part's label prefix, compile-reduce-overhead:bert_base:b8, "
@@ -232,32 +235,49 @@ def main() -> int:
         # Each model on a server of its own for what the server adds: with three copies of BERT loaded in one
         # process, the same graph ran about 10% slower on the device (docs/benchmarks.md, fifth set), which a
         # shared server would charge to HTTP.
+        # With --busy-poll-us, a second server of the model, started with that flag, runs beside the first: the
+        # concurrency-1 cells take turns between the two for --server-rounds rounds (each cell: the median of its
+        # rounds' p50s), so that both see the same machine.
+        variants = [("", ())] + ([(" busy-poll", ("--busy-poll-us", str(args.busy_poll_us)))]
+                                 if args.busy_poll_us else [])
         for n, model_cfg in (("mlp", {**cfg, "max_batch_size": 1024}), ("bert_base", cfg)):
-            srv = Server({n: (args.packages / f"{n}.pt2", model_cfg)}, tmp / f"server_{n}", ("--allow-shared-memory",))
-            try:
+            with contextlib.ExitStack() as stack:
+                servers = {}
+                for suffix, flags in variants:
+                    servers[suffix] = Server({n: (args.packages / f"{n}.pt2", model_cfg)},
+                                             tmp / f"server_{n}{suffix.strip()}", ("--allow-shared-memory", *flags))
+                    stack.callback(servers[suffix].close)
                 for b in (b for m, b in CASES if m == n):
                     x = make_input(n, b, torch)
-                    for c in (1, 32):
-                        if c == 1:  # first capture the CUDA graphs of this batch size, so the statistics are steady
-                            http_load(srv.port, n, x, input_name[n], 1, 1.0)
-                        before = server_stats(srv.port, n)
-                        res[(n, b)][f"http c{c}"] = http_load(srv.port, n, x, input_name[n], c, args.http_seconds)
-                        if c == 1:  # where a request's time goes inside the server (Triton's statistics)
-                            res[(n, b)]["server c1"] = stats_per_request(before, server_stats(srv.port, n))
-                    if n == "bert_base":  # what a classifier client asks for: the pooled output, not 196 KiB a row
-                        res[(n, b)]["http c1 pooler_output"] = http_load(
-                            srv.port, n, x, input_name[n], 1, args.http_seconds, outputs=["pooler_output"])
+                    cells = {"http c1": {}}
+                    if n == "bert_base":
+                        # what a classifier client asks for: the pooled output, not 196 KiB a row
+                        cells["http c1 pooler_output"] = {"outputs": ["pooler_output"]}
                         # every output into shared memory (a client on the same host): no tensor bytes in the answer
                         sizes = {o["name"]: b * math.prod(o["shape"][1:]) * np.dtype(o["dtype"]).itemsize
                                  for o in manifests[n]["outputs"]}
-                        with contextlib.ExitStack() as regions:
+                        for srv in servers.values():
                             for name, size in sizes.items():
-                                regions.enter_context(shm_region(srv.port, f"out_{name}", size))
-                            res[(n, b)]["http c1 shared memory"] = http_load(
-                                srv.port, n, x, input_name[n], 1, args.http_seconds,
-                                shm_outputs={name: (f"out_{name}", size) for name, size in sizes.items()})
-            finally:
-                srv.close()
+                                stack.enter_context(shm_region(srv.port, f"out_{name}_b{b}", size))
+                        cells["http c1 shared memory"] = {
+                            "shm_outputs": {name: (f"out_{name}_b{b}", size) for name, size in sizes.items()}}
+                    for srv in servers.values():  # first capture this batch size's CUDA graphs
+                        http_load(srv.port, n, x, input_name[n], 1, 1.0)
+                    rounds: dict = {}
+                    for r in range(args.server_rounds):
+                        for suffix, srv in servers.items():
+                            for key, kw in cells.items():
+                                before = server_stats(srv.port, n)
+                                rounds.setdefault(key + suffix, []).append(
+                                    http_load(srv.port, n, x, input_name[n], 1, args.http_seconds, **kw))
+                                if key == "http c1" and r == 0:  # where a request's time goes inside the server
+                                    res[(n, b)]["server c1" + suffix] = stats_per_request(before,
+                                                                                          server_stats(srv.port, n))
+                    for key, loads in rounds.items():
+                        res[(n, b)][key] = {**loads[0], "p50_ms": statistics.median(d["p50_ms"] for d in loads),
+                                            "mean_ms": statistics.mean(d["mean_ms"] for d in loads),
+                                            "p50_rounds_ms": [d["p50_ms"] for d in loads]}
+                    res[(n, b)]["http c32"] = http_load(servers[""].port, n, x, input_name[n], 32, args.http_seconds)
         # Batching against unbatched serving: one server holding both, measured one after the other, so each
         # sees the same process
         srv = Server({"bert_base": (bert, cfg),
@@ -274,7 +294,8 @@ def main() -> int:
         finally:
             srv.close()
 
-    part("aotc-server", 11 * args.http_seconds + 50, server)
+    part("aotc-server", (1 + args.http_seconds) * (3 + 7 * args.server_rounds * (2 if args.busy_poll_us else 1)) + 90,
+         server)
 
     for mode in ("default", "reduce-overhead", "max-autotune"):
         key = "compile" if mode == "default" else f"compile-{mode}"
@@ -318,20 +339,24 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, 
             lines.append(f"| {name} | {b} | " + " | ".join(cell(d.get(c), kind) for c in cols) + " |")
         lines.append("")
     for (name, b), d in res.items():
-        for key, what in (("http c1", "all outputs"), ("http c1 pooler_output", "pooler_output only"),
-                          ("http c1 shared memory", "all outputs into shared memory")):
-            if d.get(key) and d.get("aotc-run graphs"):
-                lines.append(f"aotc-server at concurrency 1 adds {d[key]['p50_ms'] - d['aotc-run graphs']['host']:.3f}"
-                             f" ms at p50 over in-process aotc-run with CUDA graphs ({name}, batch {b}, {what}; "
-                             f"HTTP p50 {d[key]['p50_ms']:.3f} ms).")
+        for suffix, how in (("", ""), (" busy-poll", ", server with --busy-poll-us")):
+            for key, what in (("http c1", "all outputs"), ("http c1 pooler_output", "pooler_output only"),
+                              ("http c1 shared memory", "all outputs into shared memory")):
+                cell = d.get(key + suffix)
+                if cell and d.get("aotc-run graphs"):
+                    lines.append(f"aotc-server at concurrency 1 adds {cell['p50_ms'] - d['aotc-run graphs']['host']:.3f}"
+                                 f" ms at p50 over in-process aotc-run with CUDA graphs ({name}, batch {b}, {what}"
+                                 f"{how}; HTTP p50 {cell['p50_ms']:.3f} ms).")
     for (name, b), d in res.items():
-        if d.get("server c1"):
-            st = d["server c1"]
-            lines.append(f"Inside aotc-server at concurrency 1 ({name}, batch {b}), mean us per request: "
-                         f"{st['success']:.0f} from enqueue to answer = queue {st['queue']:.0f} + compute input "
-                         f"{st['compute_input']:.0f} + infer {st['compute_infer']:.0f} + output "
-                         f"{st['compute_output']:.0f}; the client's mean is {d['http c1']['mean_ms'] * 1e3:.0f} us "
-                         f"(HTTP, parsing and encoding: the difference).")
+        for suffix in ("", " busy-poll"):
+            if d.get("server c1" + suffix):
+                st = d["server c1" + suffix]
+                lines.append(f"Inside aotc-server{' with --busy-poll-us' if suffix else ''} at concurrency 1 ({name}, "
+                             f"batch {b}), mean us per request: {st['success']:.0f} from enqueue to answer = queue "
+                             f"{st['queue']:.0f} + compute input {st['compute_input']:.0f} + infer "
+                             f"{st['compute_infer']:.0f} + output {st['compute_output']:.0f}; the client's mean is "
+                             f"{d['http c1' + suffix]['mean_ms'] * 1e3:.0f} us (HTTP, parsing and encoding: the "
+                             f"difference).")
     lines.append("")
     unb = res.get(("bert_base", 1), {}).get("http c32 unbatched")
     bat = res.get(("bert_base", 1), {}).get("http c32 batching")

@@ -61,6 +61,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="also write the table here")
     ap.add_argument("--configs", default=",".join(SHORT), help=f"comma-separated, of {', '.join(SHORT)}")
     ap.add_argument("--server-log", type=Path, help="copy the server's output here")
+    ap.add_argument("--busy-poll-us", type=int, help="start aotc-server with --busy-poll-us N")
     args = ap.parse_args()
     unknown = [c for c in args.configs.split(",") if c not in SHORT]
     if unknown:
@@ -71,6 +72,8 @@ def main() -> int:
     pkg = args.package.resolve()
     name, sample = first_sample(pkg)
     flags = ("--intra-op-threads", str(args.intra_op_threads)) if args.intra_op_threads else ()
+    if args.busy_poll_us:
+        flags += ("--busy-poll-us", str(args.busy_poll_us))
     rows = ["| model config | batch | in-process p50 us | in-process paced p50 us | HTTP c1 p50 us (median of rounds) | "
             "HTTP mean us | server: enqueue to answer | queue | infer | HTTP, parsing, encoding |",
             "|---|---|---|---|---|---|---|---|---|---|"]

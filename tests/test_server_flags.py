@@ -1,5 +1,5 @@
-"""aotc-server (C++) device and thread flags, black box: --intra-op-threads, --device-index, --no-cuda-graphs
-and config.json's device_index, on CPU packages (the CUDA paths run on the GPU machine, bench/gpu.sh).
+"""aotc-server (C++) device and thread flags, black box: --intra-op-threads, --device-index, --no-cuda-graphs,
+--busy-poll-us and config.json's device_index, on CPU packages (the CUDA paths run on the GPU machine, bench/gpu.sh).
 
 A CPU package must serve the same answers whatever these flags say; bad values are refused with one line.
 Each test starts its own server (tests/servers.py).
@@ -26,7 +26,8 @@ def test_thread_and_device_flags_serve_the_same_answers(tmp_path, pkg_mlp, pkg_s
     repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp, "simple": pkg_simple, "bad": pkg_simple},
                            {"mlp": {"num_runners": 2, "max_queue_delay_us": 2000, "device_index": 0},
                             "bad": {"device_index": -2}})
-    with Server("cpp", repo, "--intra-op-threads", "1", "--device-index", "0", "--no-cuda-graphs") as s:
+    with Server("cpp", repo, "--intra-op-threads", "1", "--device-index", "0", "--no-cuda-graphs",
+                "--busy-poll-us", "300") as s:
         assert "intra-op threads: 1" in s.log()
 
         def client(i):  # batch-1 calls from several threads, on both runners, each answer checked
@@ -62,6 +63,8 @@ def test_thread_and_device_flags_serve_the_same_answers(tmp_path, pkg_mlp, pkg_s
     (["--device-index", "128"], "--device-index expects an integer in -1..127, got '128'"),
     (["--no-cuda-graphs=0"], "--no-cuda-graphs takes no value"),
     (["--allow-shared-memory=yes"], "--allow-shared-memory takes no value"),
+    (["--busy-poll-us", "-1"], "--busy-poll-us expects an integer in 0..1000000, got '-1'"),
+    (["--busy-poll-us=fast"], "--busy-poll-us expects an integer in 0..1000000, got 'fast'"),
 ])
 def test_bad_device_and_thread_flags_exit_with_one_line(flags, message):
     r = subprocess.run([str(server_binary()), "--model-repository", ".", *flags],
@@ -75,9 +78,11 @@ def test_aotc_serve_passes_the_device_and_thread_flags():
 
     argv = server_argv(build_parser().parse_args(
         ["serve", "repo", "--intra-op-threads", "2", "--device-index", "1", "--no-cuda-graphs",
-         "--allow-shared-memory"]))
+         "--allow-shared-memory", "--busy-poll-us", "500"]))
     assert argv[argv.index("--intra-op-threads") + 1] == "2" and argv[argv.index("--device-index") + 1] == "1"
     assert "--no-cuda-graphs" in argv and "--allow-shared-memory" in argv
+    assert argv[argv.index("--busy-poll-us") + 1] == "500"
     argv = server_argv(build_parser().parse_args(["serve", "repo"]))
-    assert not {"--intra-op-threads", "--device-index", "--no-cuda-graphs", "--allow-shared-memory"} & set(argv)
+    assert not {"--intra-op-threads", "--device-index", "--no-cuda-graphs", "--allow-shared-memory",
+                "--busy-poll-us"} & set(argv)
 

@@ -120,6 +120,8 @@ def _add_serve(sub) -> None:
     p.add_argument("--no-cuda-graphs", action="store_true", help="C++ server: run CUDA packages without graphs")
     p.add_argument("--allow-shared-memory", action="store_true",
                    help="let same-host clients pass tensors in POSIX shared memory (Triton's extension)")
+    p.add_argument("--busy-poll-us", type=int, metavar="N",
+                   help="C++ server: spin up to N us for a connection's next request before sleeping")
     p.set_defaults(target=None)
 
 

@@ -44,6 +44,8 @@ def server_argv(args) -> list[str]:
         argv.append("--no-cuda-graphs")
     if getattr(args, "allow_shared_memory", False):
         argv.append("--allow-shared-memory")
+    if getattr(args, "busy_poll_us", None) is not None:
+        argv += ["--busy-poll-us", str(args.busy_poll_us)]
     return argv
 
 

@@ -270,6 +270,15 @@ Response HttpServer::Impl::dispatch(const Request& req) {
 bool HttpServer::Impl::wait_for_request(int fd) {
   pollfd p[2] = {{fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
   int rc;
+  // --busy-poll-us: look without sleeping first. A thread that sleeps between a client's requests wakes on a
+  // cold core, and its next model call's host work (copies, graph launch) runs slower (docs/server.md).
+  if (options.busy_poll_us > 0 && !stopping) {
+    const auto until = Clock::now() + std::chrono::microseconds(options.busy_poll_us);
+    do {
+      rc = ::poll(p, 2, 0);
+      if (rc > 0) return (p[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    } while (Clock::now() < until);
+  }
   do rc = ::poll(p, stopping ? 1 : 2, stopping ? 0 : options.keep_alive_timeout_s * 1000);
   while (rc < 0 && errno == EINTR);
   return rc > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR));

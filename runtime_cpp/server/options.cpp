@@ -23,7 +23,10 @@ const char* usage() {
          "  --intra-op-threads N     threads each CPU model call may use (default: torch's, one per core);\n"
          "                           1 keeps batch-1 latency steady on a busy machine\n"
          "  --allow-shared-memory    let clients register POSIX shared memory regions for inputs and outputs\n"
-         "                           (Triton's system shared memory extension; same-host clients only)\n";
+         "                           (Triton's system shared memory extension; same-host clients only)\n"
+         "  --busy-poll-us N         after each answer, spin up to N us for the connection's next request before\n"
+         "                           sleeping (default 0: sleep at once); spends a core per busy connection to\n"
+         "                           keep it awake for clients that send their next request within N us\n";
 }
 
 namespace {
@@ -65,7 +68,8 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     }
     static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",
                                           "--poll-repository", "--max-body-bytes", "--http-threads",
-                                          "--keep-alive-timeout", "--device-index", "--intra-op-threads"};
+                                          "--keep-alive-timeout", "--device-index", "--intra-op-threads",
+                                          "--busy-poll-us"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw std::invalid_argument("unknown option '" + flag + "'; see --help");
     if (!inline_value) {
@@ -82,6 +86,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--keep-alive-timeout") o.keep_alive_timeout_s = static_cast<int>(to_int(flag, value, 1, 3600));
     else if (flag == "--device-index") o.device_index = static_cast<int>(to_int(flag, value, -1, 127));
     else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
+    else if (flag == "--busy-poll-us") o.busy_poll_us = static_cast<int>(to_int(flag, value, 0, 1000000));
     else throw std::invalid_argument("unknown option '" + flag + "'; see --help");
   }
   if (o.model_repository.empty()) throw std::invalid_argument("--model-repository DIR is required; see --help");
