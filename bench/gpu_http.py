@@ -105,21 +105,30 @@ def shm_region(port: int, name: str, byte_size: int):
     from multiprocessing import shared_memory
 
     mem = shared_memory.SharedMemory(create=True, size=byte_size)
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def post(path: str, body: str):
+        # a connection per call: the server closes a keep-alive connection idle for 5 s, and a region may be
+        # held for longer than that
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            c.request("POST", path, body)
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
     try:
-        c.request("POST", f"/v2/systemsharedmemory/region/{name}/register",
-                  json.dumps({"key": "/" + mem.name, "offset": 0, "byte_size": byte_size}))
-        r = c.getresponse()
-        if r.status != 200:
-            raise RuntimeError(f"registering shared memory region '{name}': {r.status} {r.read()[:300]!r}")
-        r.read()
+        status, body = post(f"/v2/systemsharedmemory/region/{name}/register",
+                            json.dumps({"key": "/" + mem.name, "offset": 0, "byte_size": byte_size}))
+        if status != 200:
+            raise RuntimeError(f"registering shared memory region '{name}': {status} {body[:300]!r}")
         yield mem
     finally:
-        c.request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", "")
-        c.getresponse().read()
-        c.close()
-        mem.close()
-        mem.unlink()
+        try:
+            post(f"/v2/systemsharedmemory/region/{name}/unregister", "")
+        finally:
+            mem.close()
+            mem.unlink()
 
 
 def get_load(port, path: str, seconds: float) -> dict:
