@@ -65,6 +65,37 @@ def edit_manifest(src: Path, dst: Path, change, only_first: bool = False) -> Pat
     return rewrite(src, dst, edit)
 
 
+def graft_static_graphs(main_pkg: Path, static_pkg: Path, dst: Path) -> Path:
+    """A package of main_pkg's graphs plus static_pkg's static graphs, with main_pkg's manifest listing those
+    graphs (static_graphs, and their files' hashes from static_pkg): valid in every check up to the weights the
+    static graphs take from main_pkg's graph, which need not fit them."""
+    with zipfile.ZipFile(static_pkg) as zs:
+        static_files = {}
+        static_manifest = None
+        for n in zs.namelist():
+            rel = n.partition("/")[2]
+            graph = rel.split("/")[2] if rel.startswith("data/aotinductor/") else None
+            if graph and graph != "model":
+                static_files[rel] = zs.read(n)
+            elif graph == "model" and rel.endswith("_metadata.json") and static_manifest is None:
+                static_manifest = json.loads(json.loads(zs.read(n))["aotc.manifest"])
+    with zipfile.ZipFile(main_pkg) as zm:
+        root = zm.namelist()[0].partition("/")[0]
+        main_files = {n.partition("/")[2]: zm.read(n) for n in zm.namelist()}
+    manifest = next(json.loads(json.loads(data)["aotc.manifest"]) for rel, data in main_files.items()
+                    if rel.startswith("data/aotinductor/model/") and rel.endswith("_metadata.json"))
+    manifest["static_graphs"] = static_manifest["static_graphs"]
+    manifest["files_sha256"].update({k: v for k, v in static_manifest["files_sha256"].items() if k in static_files})
+    with zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as out:
+        for rel, data in {**main_files, **static_files}.items():
+            if rel.startswith("data/aotinductor/") and rel.endswith("_metadata.json"):
+                meta = json.loads(data)
+                meta["aotc.manifest"] = json.dumps(manifest)
+                data = json.dumps(meta).encode()
+            out.writestr(f"{root}/{rel}", data)
+    return dst
+
+
 def so_name(pkg: Path) -> str:
     with zipfile.ZipFile(pkg) as zf:
         return next(n.partition("/")[2] for n in zf.namelist() if n.endswith(".so"))

@@ -1,11 +1,13 @@
 """Static graphs beside the dynamic one (`aotc export --static-batches`): the export merges them into one
 package and checks each against eager, the C++ runtime runs the one matching a call's batch and the dynamic
-graph for every other batch, aotc-run's self-check covers them, and a package that lists a graph it lacks is
-refused at load naming the graph."""
+graph for every other batch, aotc-run's self-check covers them, a package that lists a graph it lacks is
+refused at load naming the graph, and so is one whose main graph cannot lend a static graph its weights (held
+with another dtype, or not at all)."""
 
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -18,7 +20,7 @@ from aotc.pipeline import static_graph_plan
 from aotc.errors import ExportError
 from aotc.runtime import Session
 from conftest import REPO, eager_reference
-from runtime_helpers import assert_close, edit_manifest, one_line_error, run_aotc_run
+from runtime_helpers import assert_close, edit_manifest, graft_static_graphs, one_line_error, run_aotc_run
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +138,24 @@ def test_bad_static_graph_entries_are_refused(pkg_static, tmp_path, change, word
     bad = edit_manifest(pkg_static, tmp_path / "bad.pt2", change)
     with pytest.raises(PackageError, match=words):
         Session(bad, verify_hashes=False)
+
+
+@pytest.mark.parametrize("main, words", [
+    # the same model in fp16: every weight is there, as Half
+    ("mlp_fp16", r"graph 'batch1?6?_static' needs weight '[\w.]+' as Float, graph 'model' holds it as Half"),
+    # a model without the MLP's weights
+    ("simple", r"graph 'batch1?6?_static' needs weight '[\w.]+', which graph 'model' does not hold"),
+])
+def test_a_static_graph_the_main_graph_cannot_lend_weights_to_is_refused(pkg_static, export_package, pkg_simple,
+                                                                         tmp_path, main, words):
+    """Static graphs compiled without weights, grafted (hashes and all) into a package whose main graph holds
+    their weights with another dtype, or not at all: refused at load naming the graph and the weight."""
+    main_pkg = pkg_simple if main == "simple" else export_package("models/mlp.py", "--dtype", "fp16", "--freezing", "off")
+    bad = graft_static_graphs(main_pkg, pkg_static, tmp_path / f"graft_{main}.pt2")
+    with pytest.raises(PackageError, match=words):
+        Session(bad)
+    r = run_aotc_run(bad)
+    assert r.returncode == 2 and re.search(words, one_line_error(r.stderr)), r.stderr
 
 
 def test_static_graph_plan():
