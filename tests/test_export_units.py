@@ -169,3 +169,16 @@ def test_example_batch_refusals(tmp_path):
 def test_parse_dynamic_batch_refuses(text):
     with pytest.raises(ExportError, match="expected MIN:MAX"):
         parse_dynamic_batch(text)
+
+
+def test_progress_counts_without_a_total_until_it_is_known():
+    # a CUDA export's static graphs are counted once torch.export has found the batch range
+    buf = io.StringIO()
+    prog = report.Progress(None, stream=buf)
+    with prog.stage("torch.export"):
+        pass
+    prog.total = 9
+    with prog.stage("AOTInductor compile"):
+        pass
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("[1] torch.export ... done (") and lines[1].startswith("[2/9] AOTInductor compile")

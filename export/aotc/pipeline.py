@@ -83,12 +83,17 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise ExportError("--device cuda asked for, but this machine has no usable CUDA device; use --device cpu")
-    # the static graphs, counted now with --dynamic-batch (or a list of sizes), else once the export has a range
+    # the static graphs, counted now with --dynamic-batch, a list of sizes or no default; else (the buckets of a
+    # batch range torch.export has yet to find) the stage count goes without a total until it does
     if opts.dynamic_batch:
         planned = len(_static_plan(opts, {"min": opts.dynamic_batch[0], "max": opts.dynamic_batch[1]}))
+    elif isinstance(opts.static_batches, tuple):
+        planned = len(set(opts.static_batches))
+    elif opts.static_batches is None and not DEFAULT_STATIC_BATCHES[opts.device]:
+        planned = 0
     else:
-        planned = len(set(opts.static_batches)) if isinstance(opts.static_batches, tuple) else 0
-    prog = report.Progress(7 + 2 * planned, quiet=opts.quiet)
+        planned = None
+    prog = report.Progress(None if planned is None else 7 + 2 * planned, quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
         mf = load_model_file(spec)

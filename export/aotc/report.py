@@ -83,9 +83,10 @@ def python_ops_in_wrapper(wrapper_sources: list[str]) -> bool:
 
 
 class Progress:
-    """Prints `[i/n] stage ... done (1.2 s)` lines; quiet=True prints nothing."""
+    """Prints `[i/n] stage ... done (1.2 s)` lines (`[i]` while the total is None: not known yet); quiet=True
+    prints nothing."""
 
-    def __init__(self, total: int, stream=None, quiet: bool = False):
+    def __init__(self, total: int | None, stream=None, quiet: bool = False):
         self.total, self.i, self.stream, self.quiet = total, 0, stream or sys.stderr, quiet
         self._t0 = 0.0
 
@@ -93,7 +94,8 @@ class Progress:
         self.i += 1
         self._t0 = time.perf_counter()
         if not self.quiet:
-            print(f"[{self.i}/{self.total}] {what} ...", end="", file=self.stream, flush=True)
+            count = f"{self.i}/{self.total}" if self.total is not None else f"{self.i}"
+            print(f"[{count}] {what} ...", end="", file=self.stream, flush=True)
 
     def done(self, note: str = "") -> float:
         dt = time.perf_counter() - self._t0
