@@ -53,12 +53,12 @@ class Model {
   // Runs inputs given in the manifest's order, already validated against info(). Throws ServeError:
   // 400 when the runtime refuses the inputs, 500 when the model itself fails.
   // `wanted`: the outputs to return, by manifest index (empty: all); the others come back with no bytes.
-  // `sinks`: rows [row, row + rows) of an output to write into the sink's memory as well (rows -1: all); see
-  // RowSink. Rows written there are unspecified in the returned tensor.
+  // `sinks`: rows of outputs to write into the sinks' memory during the call (a CUDA model: straight from the
+  // device); sets each OutputSink::written. Rows written there are unspecified in the returned tensor.
   struct RowSink {
-    OutputSink* sink;
-    int64_t row = 0;
-    int64_t rows = -1;
+    OutputSink* sink;   // which output, where, how many bytes; borrowed for the call
+    int64_t row = 0;    // the first row of the batch it takes
+    int64_t rows = -1;  // how many; -1: all of them
   };
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted = {},
                           const std::vector<RowSink>& sinks = {}) const;
