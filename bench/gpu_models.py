@@ -294,11 +294,11 @@ def main() -> int:
         finally:
             srv.close()
 
-    servers = 2 if args.busy_poll_us else 1
+    n_servers = 2 if args.busy_poll_us else 1
     # loads of (1 s warm-up + --http-seconds): per server one warm-up and the rounds of each batch size's cells
     # (MLP: 1 cell; BERT, two batch sizes: 3), a concurrency-32 load per batch size, the 3 batching loads; and
     # about 40 s of model loading
-    loads = servers * (3 + 7 * args.server_rounds) + 6
+    loads = n_servers * (3 + 7 * args.server_rounds) + 6
     part("aotc-server", (1 + args.http_seconds) * loads + 40, server)
 
     for mode in ("default", "reduce-overhead", "max-autotune"):

@@ -270,8 +270,9 @@ Response HttpServer::Impl::dispatch(const Request& req) {
 bool HttpServer::Impl::wait_for_request(int fd) {
   pollfd p[2] = {{fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
   int rc;
-  // --busy-poll-us: look without sleeping first. A thread that sleeps between a client's requests wakes on a
-  // cold core, and its next model call's host work (copies, graph launch) runs slower (docs/server.md).
+  // --busy-poll-us: look without sleeping first, so the thread is awake when a client that answers at once
+  // sends its next request (docs/server.md, Busy polling: 15-18 us on a 2-core machine, nothing measurable on
+  // the H200 host).
   if (options.busy_poll_us > 0 && !stopping) {
     const auto until = Clock::now() + std::chrono::microseconds(options.busy_poll_us);
     do {

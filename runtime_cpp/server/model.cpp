@@ -65,13 +65,7 @@ int set_intra_op_threads(int n) {
 
 int visible_gpu_count() { return static_cast<int>(at::getNumGPUs()); }
 
-std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) {
-  try {
-    return aotc::pin_host_memory(data, bytes);
-  } catch (const std::exception& e) {
-    throw ServeError(500, e.what());
-  }
-}
+std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) { return aotc::pin_host_memory(data, bytes); }
 
 std::string package_device(const std::string& path) {
   try {

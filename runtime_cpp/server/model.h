@@ -33,7 +33,7 @@ int set_intra_op_threads(int n);
 int visible_gpu_count();
 
 // Page-locks [data, data + bytes) for CUDA copies (aotc::pin_host_memory): the handle unlocks it when the
-// last copy goes; nullptr without a CUDA device. Throws ServeError(500) with the driver's reason.
+// last copy goes; nullptr without a CUDA device. Throws std::exception with the driver's reason.
 std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
 
 // The device a package was exported for ("cpu" or "cuda"), from its manifest, without loading its code.

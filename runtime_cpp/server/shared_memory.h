@@ -25,7 +25,7 @@ namespace aotc::server {
 class SharedMemoryRegistry {
  public:
   // Page-locks memory for device copies; returns the handle that unlocks it, or nullptr when there is
-  // nothing to lock for (no GPU). Throws ServeError when the driver refuses.
+  // nothing to lock for (no GPU). Throws std::exception when the driver refuses.
   using Pinner = std::function<std::shared_ptr<void>(void* data, size_t bytes)>;
 
   explicit SharedMemoryRegistry(bool enabled, Pinner pin = {}) : enabled_(enabled), pin_(std::move(pin)) {}
