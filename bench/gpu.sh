@@ -10,13 +10,13 @@
 # that fails is reported and the stages after it still run where they can. Not for the CPU development
 # machine (it has no CUDA).
 # Writes to $OUT: summary.txt, build.log (machine and build), export.log, pytest.log, multi.log, gpu_multi_<k>.md,
-# bench.log, gpu_bench.md, eb.log and eb.json (bench/embedding_bag.py, started in the background with the
+# bench.log, gpu_bench.md and .json, eb.log and eb.json (bench/embedding_bag.py, started in the background with the
 # build, since it compiles its own packages; the model benchmark waits for it so the GPU is not shared).
-# The stages check, test, multi, bench, phases, pacing, probe, batching and memory run in the order AOTC_GPU_STAGES
+# The stages check, test, multi, bench, phases, pacing, probe, batching, memory and loopback run in the order AOTC_GPU_STAGES
 # lists them.
 # Knobs: AOTC_GPU_BUDGET_S (default 580: seconds the whole script may take; the benchmark gets what is
 # left), AOTC_GPU_STAGES (default "deps build export test"; any of deps build export eb tuned check test multi
-# bench phases pacing probe batching memory), AOTC_TEST_TIMEOUT_S (default 340), AOTC_TEST_ARGS (what pytest
+# bench phases pacing probe batching memory loopback), AOTC_TEST_TIMEOUT_S (default 340), AOTC_TEST_ARGS (what pytest
 # runs, default "tests"; e.g. "tests/test_server_cuda.py -k outputs"),
 # AOTC_EXPORT_FLAGS (more flags for the two exports, e.g. "--static-batches none" for a quicker run),
 # AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
@@ -33,6 +33,7 @@
 # each server part on a server started with --busy-poll-us N.
 # Stage batching: bench/batching.py on BERT at concurrency 32 for bert_base.pt2 and each extra export.
 # Stage memory: bench/gpu_memory.py, the size and device memory of bert_base.pt2 and each extra export.
+# Stage loopback: bench/loopback.py, the floor of an answer of N bytes on this host's loopback TCP (no GPU).
 # Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
 # per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
 # Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
@@ -382,6 +383,8 @@ memory() {
 }
 for s in $STAGES; do
   case $s in
+    loopback) wait_eb; stage loopback "$OUT/loopback.log" "$PY" bench/loopback.py --seconds 2 --rounds 3 \
+                --out "$OUT/loopback.md" ;;
     memory) wait_eb; stage memory "$OUT/memory.log" memory ;;
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
@@ -401,5 +404,4 @@ wait_eb
 if [ -n "${TUNED_PID:-}" ]; then
   say "waiting for stage tuned"; wait "$TUNED_PID"; say "stage tuned: $(tail -1 "$OUT/tuned.log")"
 fi
-mv -f "$OUT/gpu_bench.json" "$OUT/gpu_bench_tuned.json" /tmp/ 2>/dev/null
 say "done in $(( $(date +%s) - START ))s"

@@ -85,7 +85,8 @@ def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
               shm_outputs: dict[str, tuple[str, int]] | None = None) -> dict:
     """Closed-loop load of `concurrency` connections for `seconds` after a 1 s warm-up ->
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
-    answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout)}.
+    answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout),
+    "answer_bytes" (the body of a 2xx answer)}.
     `outputs`: ask only for these outputs (None: all); `shm_outputs`: as infer_body (every connection writes
     the same regions, so only concurrency 1 leaves them meaningful)."""
     body, headers = infer_body(x, input_name, outputs, shm_outputs)
@@ -131,14 +132,22 @@ def shm_region(port: int, name: str, byte_size: int):
             mem.unlink()
 
 
+def loopback_load(answer_bytes: int, seconds: float, socket_buffer: int = 0) -> dict:
+    """http_load's numbers for aotc-load's own loopback responder answering `answer_bytes` bytes to a GET on one
+    connection: what an answer of that size costs on this host's loopback TCP with no server work at all.
+    `socket_buffer` > 0 fixes SO_SNDBUF/SO_RCVBUF of both ends instead of the kernel's autotuning."""
+    flags = ["--loopback-bytes", str(answer_bytes)] + (["--socket-buffer", str(socket_buffer)] if socket_buffer else [])
+    return _aotc_load(None, 1, seconds, flags)
+
+
 def get_load(port, path: str, seconds: float) -> dict:
     """http_load's numbers for GET `path` on one connection (e.g. /v2/health/ready: what any request costs)."""
     return _aotc_load(f"http://127.0.0.1:{port}{path}", 1, seconds, [])
 
 
-def _aotc_load(url: str, concurrency: int, seconds: float, flags: list[str]) -> dict:
+def _aotc_load(url: str | None, concurrency: int, seconds: float, flags: list[str]) -> dict:
     exe = find_binary("aotc-load", "AOTC_LOAD_BIN")
-    argv = [exe, "--url", url, "--connections", str(concurrency), "--duration", f"{seconds:g}", "--warmup", "1",
+    argv = [exe, *(["--url", url] if url else []), "--connections", str(concurrency), "--duration", f"{seconds:g}", "--warmup", "1",
             "--timeout", "30", *flags]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("AOTC_LOAD ")]
@@ -149,7 +158,7 @@ def _aotc_load(url: str, concurrency: int, seconds: float, flags: list[str]) -> 
               "write": s["write_errors"], "timeout": s["timeouts"]}
     return {"p50_ms": s["p50_us"] / 1e3, "p90_ms": s["p90_us"] / 1e3, "p99_ms": s["p99_us"] / 1e3,
             "mean_ms": s["mean_us"] / 1e3, "req_per_s": s["req_per_s"], "requests": s["requests"],
-            "errors": s["errors"], "error_counts": counts}
+            "errors": s["errors"], "error_counts": counts, "answer_bytes": s["answer_bytes"]}
 
 
 class Server:

@@ -12,7 +12,9 @@ cannot run (no package, no aotc-server, no time left) is skipped with the reason
 In-process numbers are medians of CUDA-event times, one synchronized call at a time, inputs already on the
 GPU ("device") or copied in from pinned host memory and out again ("host"), and the latter again by wall
 clock ("wall", like aotc-run); aotc-run numbers are wall-clock
-medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are wall-clock medians. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections.
+medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are wall-clock medians. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections. Each
+concurrency-1 cell comes with the floor of its answer, measured in the same round: aotc-load's own loopback
+responder sending the same number of bytes, with no server work (--loopback-bytes).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_http import Server, aotc_run_p50_us, http_load, server_stats, shm_region, stats_per_request
+from gpu_http import Server, aotc_run_p50_us, http_load, loopback_load, server_stats, shm_region, stats_per_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
@@ -273,6 +275,11 @@ def main() -> int:
                                 if key == "http c1" and r == 0:  # where a request's time goes inside the server
                                     res[(n, b)]["server c1" + suffix] = stats_per_request(before,
                                                                                           server_stats(srv.port, n))
+                        # the floor of each answer: the same number of bytes from a responder that does nothing
+                        # else (aotc-load --loopback-bytes), in the same round
+                        for key in cells:
+                            rounds.setdefault("floor " + key, []).append(
+                                loopback_load(rounds[key][-1]["answer_bytes"], args.http_seconds))
                     for key, loads in rounds.items():
                         res[(n, b)][key] = {**loads[0], "p50_ms": statistics.median(d["p50_ms"] for d in loads),
                                             "mean_ms": statistics.mean(d["mean_ms"] for d in loads),
@@ -296,9 +303,10 @@ def main() -> int:
 
     n_servers = 2 if args.busy_poll_us else 1
     # loads of (1 s warm-up + --http-seconds): per server one warm-up and the rounds of each batch size's cells
-    # (MLP: 1 cell; BERT, two batch sizes: 3), a concurrency-32 load per batch size, the 3 batching loads; and
+    # (MLP: 1 cell; BERT, two batch sizes: 3), each cell's loopback floor per round, a concurrency-32 load per
+    # batch size, the 3 batching loads; and
     # about 40 s of model loading
-    loads = n_servers * (3 + 7 * args.server_rounds) + 6
+    loads = n_servers * (3 + 7 * args.server_rounds) + 7 * args.server_rounds + 6
     part("aotc-server", (1 + args.http_seconds) * loads + 40, server)
 
     for mode in ("default", "reduce-overhead", "max-autotune"):
@@ -346,14 +354,17 @@ def write_report(out: Path, res: dict, notes: list[str], torch, seconds: float, 
         for suffix, how in (("", ""), (" busy-poll", ", server with --busy-poll-us")):
             for key, what in (("http c1", "all outputs"), ("http c1 pooler_output", "pooler_output only"),
                               ("http c1 shared memory", "all outputs into shared memory")):
-                cell = d.get(key + suffix)
+                cell, floor = d.get(key + suffix), d.get("floor " + key)
+                floor_text = (f" A responder that only sends the answer's {floor['answer_bytes']} bytes takes "
+                              f"{floor['p50_ms']:.3f} ms at p50 on this host (aotc-load --loopback-bytes)."
+                              if floor else "")
                 if cell and d.get("aotc-run graphs"):
                     lines.append(f"aotc-server at concurrency 1 adds {cell['p50_ms'] - d['aotc-run graphs']['host']:.3f}"
                                  f" ms at p50 over in-process aotc-run with CUDA graphs ({name}, batch {b}, {what}"
-                                 f"{how}; HTTP p50 {cell['p50_ms']:.3f} ms).")
+                                 f"{how}; HTTP p50 {cell['p50_ms']:.3f} ms).{floor_text if not suffix else ''}")
                 elif cell:  # aotc-run not measured in this run
                     lines.append(f"aotc-server at concurrency 1 ({name}, batch {b}, {what}{how}): HTTP p50 "
-                                 f"{cell['p50_ms']:.3f} ms.")
+                                 f"{cell['p50_ms']:.3f} ms.{floor_text if not suffix else ''}")
     for (name, b), d in res.items():
         for suffix in ("", " busy-poll"):
             if d.get("server c1" + suffix):

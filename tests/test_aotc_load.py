@@ -1,7 +1,7 @@
 """aotc-load (runtime_cpp/tools/aotc_load.cpp), the benchmarks' HTTP load generator, black box: against the
 real aotc-server on the exported MLP (counts checked against the server's own statistics), against a 400
-on every request, against a stub that answers chunked, with bad arguments and with no server; and
-bench/gpu_http.py's http_load, which drives it. Checks counts and exit codes, never speed.
+on every request, against a stub that answers chunked, against its own loopback responder, with bad
+arguments and with no server; and bench/gpu_http.py's http_load, which drives it. Checks counts and exit codes, never speed.
 """
 
 from __future__ import annotations
@@ -70,6 +70,10 @@ def test_counts_match_the_server(tmp_path, mlp_server, mlp_input):
     # Without a warm-up every request sent is counted, and each was answered.
     _, st = mlp_server.json("GET", "/v2/models/mlp/stats")
     assert st["model_stats"][0]["inference_stats"]["success"]["count"] == r["requests"]
+    # It read whole answers: as many bytes as the server sends.
+    status, _, answer = mlp_server.request("POST", "/v2/models/mlp/infer", body,
+                                           {"Inference-Header-Content-Length": str(header_len)})
+    assert status == 200 and r["answer_bytes"] == len(answer)
 
 
 def test_without_a_body_it_gets_the_path(mlp_server):
@@ -126,6 +130,23 @@ def test_chunked_answers_are_read_whole(tmp_path):
     assert r["requests"] > 0 and r["errors"] == 0
 
 
+@pytest.mark.parametrize("flags", [[], ["--socket-buffer", "65536"]])
+def test_the_loopback_responder_sends_what_it_was_asked_for(tmp_path, flags):
+    """--loopback-bytes: aotc-load answers itself, N bytes a request, on several connections, with a body
+    larger than one recv to read first."""
+    (tmp_path / "body.bin").write_bytes(b"x" * 300_000)
+    r = subprocess.run([load_exe(), "--loopback-bytes", str(3 << 20), "--body", str(tmp_path / "body.bin"),
+                        "--connections", "2", "--duration", "0.5", *flags], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.split(" ", 1)[1])
+    assert s["requests"] > 0 and s["errors"] == 0 and s["answer_bytes"] == 3 << 20
+    r = subprocess.run([load_exe(), "--loopback-bytes", "0", "--duration", "0.3"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.split(" ", 1)[1])
+    assert s["requests"] > 0 and s["answer_bytes"] == 0
+
+
 @pytest.mark.parametrize("argv", [
     [],
     ["--body", "BODY"],
@@ -138,6 +159,9 @@ def test_chunked_answers_are_read_whole(tmp_path):
     ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--warmup"],
     ["--url", "http://127.0.0.1:1/x", "--body", "BODY", "--bogus"],
     ["--url", "http://127.0.0.1:1/x", "--body", "MISSING"],
+    ["--url", "http://127.0.0.1:1/x", "--loopback-bytes", "10"],
+    ["--loopback-bytes", "-1"],
+    ["--loopback-bytes", "10", "--socket-buffer", "12"],
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, argv):
     (tmp_path / "BODY").write_bytes(b"{}")
@@ -160,12 +184,15 @@ def test_http_load_drives_aotc_load(mlp_server, mlp_input):
     x = torch.from_numpy(mlp_input)
     r = gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 2)
     print(f"http_load c1 2 s: {r}")
-    assert set(r) == {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "req_per_s", "requests", "errors", "error_counts"}
+    assert set(r) == {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "req_per_s", "requests", "errors", "error_counts",
+                      "answer_bytes"}
     assert r["requests"] > 0 and r["errors"] == 0 and sum(r["error_counts"].values()) == 0
     assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
     # One connection, closed loop: the throughput is the inverse of the mean latency, less the client's gaps.
     assert 0.5 < r["req_per_s"] * r["mean_ms"] / 1e3 <= 1.01
     only = gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["output0"])
     assert only["requests"] > 0 and only["errors"] == 0
+    floor = gpu_http.loopback_load(only["answer_bytes"], 0.5)
+    assert floor["requests"] > 0 and floor["answer_bytes"] == only["answer_bytes"]
     with pytest.raises(RuntimeError, match="400"):
         gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["no_such_output"])

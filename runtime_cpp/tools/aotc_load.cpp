@@ -4,7 +4,8 @@
 // replayed.
 //
 //   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE] [--header "Name: value"]...
-//             [--connections C] [--duration S] [--warmup S] [--timeout S]
+//             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]
+//   aotc-load --loopback-bytes N ...   (instead of --url: the floor of an N-byte answer, responder.h)
 //
 // Threads: one per keep-alive connection, each sending the request and reading the whole answer before
 // sending again; each owns its socket, buffer and counters, merged after all have joined. Requests started
@@ -35,17 +36,24 @@
 #include <thread>
 #include <vector>
 
+#include "responder.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE] [--header 'Name: value']... [--connections C]\n"
-    "                 [--duration S] [--warmup S] [--timeout S]\n"
+    "                 [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]\n"
+    "       aotc-load --loopback-bytes N [the same flags but --url]\n"
     "  POSTs FILE (without --body: GETs PATH) on C keep-alive connections (default 1), each waiting for its\n"
     "  answer before sending again,\n"
     "  for S seconds (default 10) after a warm-up (default 0) whose requests are not counted; a connection\n"
-    "  that stalls for --timeout seconds (default 30) is an error. Prints one line `AOTC_LOAD {json}`.\n";
+    "  that stalls for --timeout seconds (default 30) is an error. Prints one line `AOTC_LOAD {json}`.\n"
+    "  --loopback-bytes N: instead of a server at --url, a responder in this process on 127.0.0.1 answers\n"
+    "  every request with N bytes (one sendmsg, as aotc-server sends binary outputs): the floor of such an\n"
+    "  answer on this host. --socket-buffer BYTES sets SO_SNDBUF and SO_RCVBUF of aotc-load's sockets (and\n"
+    "  the responder's) instead of the kernel's autotuning.\n";
 
 constexpr size_t kBufferBytes = 4 << 20;
 
@@ -59,7 +67,18 @@ struct Args {
   std::vector<std::string> headers;
   size_t connections = 1;
   double duration_s = 10, warmup_s = 0, timeout_s = 30;
+  long long loopback_bytes = -1;  // >= 0: answer from an in-process Responder instead of --url
+  int socket_buffer = 0;          // > 0: SO_SNDBUF/SO_RCVBUF of every socket
 };
+
+long long parse_bytes(const std::string& flag, const std::string& v, long long min, long long max) {
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < min || n > max)
+    throw UsageError(flag + " is '" + v + "', expected a number of bytes in " + std::to_string(min) + ".." +
+                     std::to_string(max));
+  return n;
+}
 
 double parse_seconds(const std::string& flag, const char* value, bool allow_zero) {
   if (value == nullptr) throw UsageError(flag + " needs a number of seconds");
@@ -137,11 +156,19 @@ Args parse_args(int argc, char** argv) {
       a.warmup_s = parse_seconds(arg, value, true), ++i;
     } else if (arg == "--timeout") {
       a.timeout_s = parse_seconds(arg, value, false), ++i;
+    } else if (arg == "--loopback-bytes") {
+      a.loopback_bytes = parse_bytes(arg, need(), 0, 1LL << 30);
+    } else if (arg == "--socket-buffer") {
+      a.socket_buffer = static_cast<int>(parse_bytes(arg, need(), 4096, 1LL << 30));
     } else {
       throw UsageError("unknown argument '" + arg + "'");
     }
   }
-  if (url.empty()) throw UsageError("--url is required");
+  if (a.loopback_bytes >= 0) {
+    if (!url.empty()) throw UsageError("--url and --loopback-bytes exclude each other; give one");
+    return a;  // run() fills in the responder's address
+  }
+  if (url.empty()) throw UsageError("--url (or --loopback-bytes) is required");
   parse_url(url, a);
   return a;
 }
@@ -168,6 +195,7 @@ struct Stats {
   size_t connect = 0, read = 0, write = 0, timeout = 0;
   std::string first_error;
   Clock::time_point last_done{};
+  size_t answer_bytes = 0;  // body bytes of the last 2xx answer
 };
 
 enum class Outcome { Ok, Timeout, ReadError, WriteError };
@@ -181,8 +209,8 @@ struct Failure {
 class Connection {
  public:
   // The buffer is not zeroed: pages that no answer reaches are never touched.
-  Connection(const addrinfo* addrs, double timeout_s)
-      : addrs_(addrs), timeout_s_(timeout_s), buf_(new char[kBufferBytes]) {}
+  Connection(const addrinfo* addrs, double timeout_s, int socket_buffer)
+      : addrs_(addrs), timeout_s_(timeout_s), socket_buffer_(socket_buffer), buf_(new char[kBufferBytes]) {}
   ~Connection() { close(); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -203,6 +231,10 @@ class Connection {
       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (socket_buffer_ > 0) {
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &socket_buffer_, sizeof socket_buffer_);
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &socket_buffer_, sizeof socket_buffer_);
+      }
       if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
         fd_ = fd;
         return true;
@@ -215,6 +247,7 @@ class Connection {
   }
 
   bool is_open() const { return fd_ >= 0; }
+  size_t body_bytes() const { return body_bytes_; }  // of the last answer read whole
 
   void close() {
     if (fd_ >= 0) ::close(fd_);
@@ -267,6 +300,7 @@ class Connection {
 
   // Consumes n body bytes: what the buffer holds, then big recv calls straight into it.
   void skip(size_t n) {
+    body_bytes_ += n;
     size_t have = std::min(n, len_ - pos_);
     pos_ += have;
     n -= have;
@@ -293,7 +327,7 @@ class Connection {
 
   int read_response() {
     // Nothing is pipelined, and bytes after an answer are refused, so the buffer starts empty.
-    len_ = pos_ = 0;
+    len_ = pos_ = body_bytes_ = 0;
     size_t header_end = 0;
     for (;;) {
       if (len_ == kBufferBytes) throw Failure{Outcome::ReadError, "response header larger than 4 MiB"};
@@ -339,7 +373,7 @@ class Connection {
     } else if (status != 204 && status != 304 && status >= 200) {
       // No length: the body runs to the end of the connection.
       try {
-        for (;;) receive(0, kBufferBytes);
+        for (;;) body_bytes_ += receive(0, kBufferBytes);
       } catch (const Failure& f) {
         if (f.outcome != Outcome::ReadError) throw;
       }
@@ -351,8 +385,10 @@ class Connection {
 
   const addrinfo* addrs_;
   double timeout_s_;
+  int socket_buffer_;
   std::unique_ptr<char[]> buf_;
   size_t len_ = 0, pos_ = 0;  // buf_[pos_, len_) is received and not yet consumed
+  size_t body_bytes_ = 0;
   int fd_ = -1;
 };
 
@@ -386,6 +422,7 @@ void run_connection(const Plan& plan, Connection* conn, Stats* stats) {
       stats->last_done = t1;
       if (status >= 200 && status < 300) {
         stats->latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        stats->answer_bytes = conn->body_bytes();
       } else {
         ++stats->status[status];
         note("HTTP status " + std::to_string(status));
@@ -410,7 +447,18 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
 }
 
-int run(const Args& a) {
+int run(Args a) {
+  // Declared first so that it outlives the connections: its workers return when they close.
+  std::unique_ptr<aotc_load::Responder> responder;
+  if (a.loopback_bytes >= 0) {
+    try {
+      responder = std::make_unique<aotc_load::Responder>(static_cast<size_t>(a.loopback_bytes), a.socket_buffer);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "aotc-load: error: %s\n", e.what());
+      return 1;
+    }
+    parse_url("http://127.0.0.1:" + responder->port() + "/", a);
+  }
   std::string body;
   if (!a.body_file.empty()) {
     std::ifstream in(a.body_file, std::ios::binary);
@@ -432,7 +480,7 @@ int run(const Args& a) {
   // All connections open before the clock starts; an unreachable server is one error line, not a run.
   std::vector<std::unique_ptr<Connection>> conns;
   for (size_t i = 0; i < a.connections; ++i) {
-    conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s));
+    conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s, a.socket_buffer));
     std::string why;
     if (!conns.back()->open(&why)) {
       std::fprintf(stderr, "aotc-load: error: cannot connect to %s (connection %zu of %zu): %s\n",
@@ -460,6 +508,7 @@ int run(const Args& a) {
     all.connect += s.connect, all.read += s.read, all.write += s.write, all.timeout += s.timeout;
     if (all.first_error.empty()) all.first_error = s.first_error;
     all.last_done = std::max(all.last_done, s.last_done);
+    all.answer_bytes = std::max(all.answer_bytes, s.answer_bytes);
   }
   std::sort(all.latency_us.begin(), all.latency_us.end());
   size_t ok = all.latency_us.size(), status_errors = 0;
@@ -477,10 +526,11 @@ int run(const Args& a) {
   std::printf("AOTC_LOAD {\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"max_us\": %.1f, "
               "\"requests\": %zu, \"errors\": %zu, \"status\": %s, \"connect_errors\": %zu, \"read_errors\": %zu, "
               "\"write_errors\": %zu, \"timeouts\": %zu, \"connections\": %zu, \"duration_s\": %.6f, "
-              "\"req_per_s\": %.2f}\n",
+              "\"req_per_s\": %.2f, \"answer_bytes\": %zu}\n",
               percentile(all.latency_us, 50), percentile(all.latency_us, 90), percentile(all.latency_us, 99), mean,
               ok ? all.latency_us.back() : 0.0, ok, errors, status_json.c_str(), all.connect, all.read, all.write,
-              all.timeout, a.connections, duration, duration > 0 ? static_cast<double>(ok) / duration : 0.0);
+              all.timeout, a.connections, duration, duration > 0 ? static_cast<double>(ok) / duration : 0.0,
+              all.answer_bytes);
   std::fflush(stdout);
   if (ok == 0) {
     std::fprintf(stderr, "aotc-load: error: no request succeeded in %.1f s (%zu errors; first: %s)\n", duration,
