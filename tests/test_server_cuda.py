@@ -1,6 +1,6 @@
 """aotc-server (C++) with a CUDA package, black box, on a GPU machine: answers against the package's eager
-samples, batches cut to the CUDA graph buckets, --no-cuda-graphs, config.json's device_index, and answers that
-hold only the outputs asked for.
+samples, batches cut to the CUDA graph buckets, --no-cuda-graphs, config.json's device_index, answers that
+hold only the outputs asked for, and inputs and outputs in shared memory regions.
 
 Not for CPU CI: every test is marked `cuda` and the module skips itself when torch sees no CUDA device.
 The packages are the MLP and BERT-base of tests/test_cuda.py (its `package` fixture: $AOTC_CUDA_PACKAGES
@@ -177,3 +177,40 @@ def test_outputs_in_shared_memory_come_straight_from_the_device(tmp_path, packag
         finally:
             for h in handles:
                 shm.destroy_shared_memory_region(h)
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-cuda-graphs",)], ids=["graphs", "no-graphs"])
+def test_inputs_in_shared_memory_go_to_the_device_from_their_region(tmp_path, package, flags):
+    """The MLP's input in a client's shared memory region: 64 rows, 128 KiB, large enough for the runtime to
+    copy them to the device straight from the region once aotc-server has page-locked it. Other rows are
+    written into the region before each request, and every answer matches the eager sample of the rows
+    written, with CUDA graphs and without."""
+    import tritonclient.http as httpclient
+    import tritonclient.utils.shared_memory as shm
+
+    pkg = package("mlp")
+    (xs,), (ys,) = read_samples(pkg)[0]
+    rows = 64
+    nbytes = rows * xs.shape[1] * 4
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg}, {"mlp": {"device_index": 0}})
+    key = f"/aotc_cuda_test_in_{os.getpid()}"
+    handle = shm.create_shared_memory_region("x_in", key, nbytes, create_only=True)
+    rng = np.random.default_rng(5)
+    try:
+        with Server("cpp", repo, "--allow-shared-memory", *flags) as s:
+            status, body = s.json("POST", "/v2/systemsharedmemory/region/x_in/register",
+                                  {"key": key, "offset": 0, "byte_size": nbytes})
+            assert status == 200, body
+            c = httpclient.InferenceServerClient(f"127.0.0.1:{s.port}", network_timeout=60)
+            x = httpclient.InferInput("x", [rows, xs.shape[1]], "FP32")
+            x.set_shared_memory("x_in", nbytes)
+            out = c.get_model_metadata("mlp")["outputs"][0]["name"]
+            for _ in range(4):
+                pick = rng.integers(0, len(xs), rows)
+                shm.set_shared_memory_region(handle, [np.ascontiguousarray(xs[pick], dtype=np.float32)])
+                got = c.infer("mlp", [x]).as_numpy(out)
+                assert np.allclose(got, ys[pick], atol=1e-3, rtol=1e-3), np.abs(got - ys[pick]).max()
+            c.close()
+            assert "stays pageable" not in s.log(), s.log()[-2000:]
+    finally:
+        shm.destroy_shared_memory_region(handle)

@@ -112,7 +112,7 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
            req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
            req.model = c.model();
            req.version = c.version();
-           s.shm_.resolve(req, /*pin_outputs=*/sched->info().device == "cuda");
+           s.shm_.resolve(req, /*pin=*/sched->info().device == "cuda");
          }
          size_t json_length = 0;
          r.body = codec::write_infer_response(service::infer(s.repo_, std::move(req)), &json_length);

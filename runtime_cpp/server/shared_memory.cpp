@@ -118,14 +118,14 @@ std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, c
   return std::shared_ptr<char>(std::move(m), p);  // shares the mapping's lifetime
 }
 
-void SharedMemoryRegistry::resolve(InferRequest& request, bool pin_outputs) const {
+void SharedMemoryRegistry::resolve(InferRequest& request, bool pin) const {
   if (request.input_shm.empty() && std::none_of(request.outputs.begin(), request.outputs.end(),
                                                 [](const RequestedOutput& o) { return o.shm.has_value(); }))
     return;
   check_enabled();
   for (auto& [index, ref] : request.input_shm) {
     Tensor& t = request.inputs.at(index);
-    ref.data = locate(ref, "input '" + t.name + "'", false);
+    ref.data = locate(ref, "input '" + t.name + "'", pin);
     // A view of the region where the bytes are aligned like a heap allocation; a copy where the client's
     // offset is not, so that no kernel meets a tensor at an odd address.
     const char* p = ref.data.get();
@@ -134,7 +134,7 @@ void SharedMemoryRegistry::resolve(InferRequest& request, bool pin_outputs) cons
     else t.bytes = Bytes(std::string(p, n));
   }
   for (auto& o : request.outputs)
-    if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'", pin_outputs);
+    if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'", pin);
 }
 
 }  // namespace aotc::server

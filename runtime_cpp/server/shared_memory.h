@@ -5,9 +5,10 @@
 // client read and write access to that object with the server's rights.
 //
 // Ownership: the registry maps each region; a resolved SharedMemoryRef shares the mapping, so a region
-// unregistered while a request uses it is unmapped when the request lets go. A region that first takes the
-// output of a CUDA model is page-locked (the registry's Pinner) so the model copies into it from the device by
-// DMA; it is unlocked before it is unmapped. Thread-safe: every call may come from any thread.
+// unregistered while a request uses it is unmapped when the request lets go. A region that a CUDA model's
+// request names is page-locked (the registry's Pinner) the first time, so that the model copies its outputs
+// into it, and its inputs from it, by DMA; it is unlocked before it is unmapped. Thread-safe: every call may
+// come from any thread.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +41,10 @@ class SharedMemoryRegistry {
   std::vector<SharedMemoryRegion> status(const std::string& name) const;
 
   // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) at its
-  // region; with `pin_outputs` (a CUDA model's request) the output regions are page-locked first, once per
-  // region (a region the driver refuses to lock stays usable through a copy, and says so on stderr once).
+  // region; with `pin` (a CUDA model's request) the regions are page-locked first, once per region (a region
+  // the driver refuses to lock stays usable through a copy, and says so on stderr once).
   // ServeError 400 for an unknown region or a range past its end; 403 when the extension is off.
-  void resolve(InferRequest& request, bool pin_outputs = false) const;
+  void resolve(InferRequest& request, bool pin = false) const;
 
  private:
   struct Mapping;

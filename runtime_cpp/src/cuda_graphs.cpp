@@ -307,6 +307,20 @@ bool on_device(const std::vector<at::Tensor>& inputs) {
   return !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_cuda(); });
 }
 
+// Host inputs at least this large are copied to the device from where they lie when that memory is
+// page-locked (aotc-server's shared memory regions for CUDA models, pin_host_memory), skipping the staging
+// memcpy. Smaller ones go through staging without asking the driver, which is a call per input per request.
+constexpr size_t kDirectInputBytes = 64 << 10;
+
+bool page_locked(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // memory CUDA does not know of: pageable
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
 // A device tensor's contents in freshly allocated pinned host memory, copied on the current stream.
 at::Tensor to_host_async(const at::Tensor& src) {
   at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
@@ -466,9 +480,12 @@ std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vecto
       continue;
     }
     const size_t bytes = inputs[i].nbytes();
-    std::memcpy(g.staging[i].data_ptr(), inputs[i].data_ptr(), bytes);
-    C10_CUDA_CHECK(cudaMemcpyAsync(g.static_inputs[i].data_ptr(), g.staging[i].data_ptr(), bytes,
-                                   cudaMemcpyHostToDevice, stream));
+    const void* src = inputs[i].data_ptr();
+    if (bytes < kDirectInputBytes || !page_locked(src)) {
+      std::memcpy(g.staging[i].data_ptr(), src, bytes);
+      src = g.staging[i].data_ptr();
+    }
+    C10_CUDA_CHECK(cudaMemcpyAsync(g.static_inputs[i].data_ptr(), src, bytes, cudaMemcpyHostToDevice, stream));
   }
   mark(1);
   g.graph.replay();

@@ -1,6 +1,6 @@
-// SharedMemoryRegistry's page-locking of output regions for CUDA models, with a recording Pinner in place
-// of cudaHostRegister, so that it runs without a GPU: once per region, only for outputs of a request that
-// asks for it, a refusal that leaves the region usable (and says so once), and the unlock before the unmap.
+// SharedMemoryRegistry's page-locking of regions for CUDA models, with a recording Pinner in place of
+// cudaHostRegister, so that it runs without a GPU: once per region, only for a request that asks for it, a
+// refusal that leaves the region usable (and says so once), and the unlock before the unmap.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -35,7 +35,7 @@ class ShmObject {
 struct PinLog {
   std::vector<std::pair<void*, size_t>> pinned;
   int unpinned = 0;
-  bool mapped_at_unpin = false;
+  int unmapped_at_unpin = 0;  // unlocks that came after the unmap
 };
 
 // Records each lock; the handle's deleter records the unlock and whether the memory was still mapped then.
@@ -45,7 +45,7 @@ SharedMemoryRegistry::Pinner recording_pinner(PinLog* log) {
     return std::shared_ptr<void>(data, [log, bytes](void* p) {
       ++log->unpinned;
       unsigned char vec[1];
-      log->mapped_at_unpin = ::mincore(p, std::min<size_t>(bytes, 1), vec) == 0;  // ENOMEM once unmapped
+      if (::mincore(p, std::min<size_t>(bytes, 1), vec) != 0) ++log->unmapped_at_unpin;  // ENOMEM: unmapped
     });
   };
 }
@@ -58,7 +58,7 @@ InferRequest request_for(const std::string& out_region, const std::string& in_re
   return r;
 }
 
-TEST(SharedMemoryPinning, LocksAnOutputRegionOnceAndOnlyForCudaRequests) {
+TEST(SharedMemoryPinning, LocksEachRegionOnceAndOnlyForCudaRequests) {
   ShmObject in(4096), out(4096);
   PinLog log;
   {
@@ -66,21 +66,25 @@ TEST(SharedMemoryPinning, LocksAnOutputRegionOnceAndOnlyForCudaRequests) {
     reg.add({"in", in.key(), 0, 4096});
     reg.add({"out", out.key(), 0, 4096});
     InferRequest cpu = request_for("out", "in");
-    reg.resolve(cpu, /*pin_outputs=*/false);
+    reg.resolve(cpu, /*pin=*/false);
     EXPECT_TRUE(log.pinned.empty());
     ASSERT_NE(cpu.outputs[0].shm->data, nullptr);
+    ASSERT_EQ(cpu.inputs[0].bytes.size(), 16u);
     for (int i = 0; i < 3; ++i) {
       InferRequest cuda = request_for("out", "in");
-      reg.resolve(cuda, /*pin_outputs=*/true);
+      reg.resolve(cuda, /*pin=*/true);
       EXPECT_EQ(cuda.outputs[0].shm->data.get(), cpu.outputs[0].shm->data.get());
+      EXPECT_EQ(cuda.inputs[0].bytes.data(), cpu.inputs[0].bytes.data());  // a view of the region, not a copy
     }
-    ASSERT_EQ(log.pinned.size(), 1u);  // the output region alone, the first time
-    EXPECT_EQ(log.pinned[0].first, static_cast<void*>(cpu.outputs[0].shm->data.get()));
+    ASSERT_EQ(log.pinned.size(), 2u);  // the input region and the output region, each the first time
+    EXPECT_EQ(log.pinned[0].first, static_cast<const void*>(cpu.inputs[0].bytes.data()));
+    EXPECT_EQ(log.pinned[1].first, static_cast<void*>(cpu.outputs[0].shm->data.get()));
     EXPECT_EQ(log.pinned[0].second, 4096u);
+    EXPECT_EQ(log.pinned[1].second, 4096u);
     EXPECT_EQ(log.unpinned, 0);
   }
-  EXPECT_EQ(log.unpinned, 1);
-  EXPECT_TRUE(log.mapped_at_unpin);
+  EXPECT_EQ(log.unpinned, 2);
+  EXPECT_EQ(log.unmapped_at_unpin, 0);
 }
 
 TEST(SharedMemoryPinning, UnlocksBeforeUnmappingEvenWhenARequestOutlivesTheRegistration) {
@@ -96,7 +100,7 @@ TEST(SharedMemoryPinning, UnlocksBeforeUnmappingEvenWhenARequestOutlivesTheRegis
   std::memset(r.outputs[0].shm->data.get(), 1, 64);  // and may still write to it
   r.outputs[0].shm->data.reset();
   EXPECT_EQ(log.unpinned, 1);
-  EXPECT_TRUE(log.mapped_at_unpin);
+  EXPECT_EQ(log.unmapped_at_unpin, 0);
 }
 
 TEST(SharedMemoryPinning, ARegionTheDriverRefusesStaysUsableAndSaysSoOnce) {
