@@ -127,7 +127,36 @@ def test_chunked_answers_are_read_whole(tmp_path):
         stub.shutdown()
         stub.server_close()
     assert rc == 0, err
-    assert r["requests"] > 0 and r["errors"] == 0
+    assert r["requests"] > 0 and r["errors"] == 0 and r["answer_bytes"] == 70002
+
+
+class _UnsizedHandler(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.0, no Content-Length: the body runs to the close, and arrives in several writes."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.end_headers()
+        for _ in range(3):
+            self.wfile.write(b"b" * 40000)
+            self.wfile.flush()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_answers_without_a_length_are_read_to_the_close(tmp_path):
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnsizedHandler)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    try:
+        (tmp_path / "body.bin").write_bytes(b"{}")
+        rc, r, err = aotc_load(f"http://127.0.0.1:{stub.server_address[1]}/x", tmp_path / "body.bin",
+                               "--duration", "0.5")
+    finally:
+        stub.shutdown()
+        stub.server_close()
+    assert rc == 0, err
+    assert r["requests"] > 0 and r["errors"] == 0 and r["answer_bytes"] == 120000
 
 
 @pytest.mark.parametrize("flags", [[], ["--socket-buffer", "65536"]])

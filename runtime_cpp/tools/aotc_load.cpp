@@ -372,6 +372,7 @@ class Connection {
       skip(static_cast<size_t>(content_length));
     } else if (status != 204 && status != 304 && status >= 200) {
       // No length: the body runs to the end of the connection.
+      body_bytes_ = len_ - pos_;
       try {
         for (;;) body_bytes_ += receive(0, kBufferBytes);
       } catch (const Failure& f) {
