@@ -1,8 +1,9 @@
 """The floor of an HTTP answer of N bytes on this host: aotc-load's own loopback responder (no server, no
 model) answering a GET with N bytes on one keep-alive connection, for several N, with the kernel's socket
 buffer autotuning and with fixed SO_SNDBUF/SO_RCVBUF; the settings take turns for --rounds rounds and each cell
-is the median of its rounds' p50s. What aotc-server adds over in-process for an answer of N bytes cannot be
-below the row for N (less the 0-byte row's request itself). Prints a markdown table and writes it to --out.
+is the median of its rounds' p50s. What aotc-server adds over an in-process call (which moves no bytes
+through a socket) for an answer of N bytes cannot be below the row for N, short of the responder's own few
+microseconds. Prints a markdown table and writes it to --out.
   python bench/loopback.py [--sizes 0 65536 ...] [--socket-buffers 0 4194304] [--seconds 2] [--rounds 3]
 aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
 """
