@@ -116,16 +116,20 @@ class _ChunkedHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_chunked_answers_are_read_whole(tmp_path):
-    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChunkedHandler)
+def load_a_stub(tmp_path, handler):
+    """aotc_load for 0.5 s against an http.server stub answering with `handler`, stopped afterwards."""
+    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=stub.serve_forever, daemon=True).start()
     try:
         (tmp_path / "body.bin").write_bytes(b"{}")
-        rc, r, err = aotc_load(f"http://127.0.0.1:{stub.server_address[1]}/x", tmp_path / "body.bin",
-                               "--duration", "0.5")
+        return aotc_load(f"http://127.0.0.1:{stub.server_address[1]}/x", tmp_path / "body.bin", "--duration", "0.5")
     finally:
         stub.shutdown()
         stub.server_close()
+
+
+def test_chunked_answers_are_read_whole(tmp_path):
+    rc, r, err = load_a_stub(tmp_path, _ChunkedHandler)
     assert rc == 0, err
     assert r["requests"] > 0 and r["errors"] == 0 and r["answer_bytes"] == 70002
 
@@ -146,15 +150,7 @@ class _UnsizedHandler(http.server.BaseHTTPRequestHandler):
 
 
 def test_answers_without_a_length_are_read_to_the_close(tmp_path):
-    stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _UnsizedHandler)
-    threading.Thread(target=stub.serve_forever, daemon=True).start()
-    try:
-        (tmp_path / "body.bin").write_bytes(b"{}")
-        rc, r, err = aotc_load(f"http://127.0.0.1:{stub.server_address[1]}/x", tmp_path / "body.bin",
-                               "--duration", "0.5")
-    finally:
-        stub.shutdown()
-        stub.server_close()
+    rc, r, err = load_a_stub(tmp_path, _UnsizedHandler)
     assert rc == 0, err
     assert r["requests"] > 0 and r["errors"] == 0 and r["answer_bytes"] == 120000
 
