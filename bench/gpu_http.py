@@ -147,8 +147,8 @@ def get_load(port, path: str, seconds: float) -> dict:
 
 def _aotc_load(url: str | None, concurrency: int, seconds: float, flags: list[str]) -> dict:
     exe = find_binary("aotc-load", "AOTC_LOAD_BIN")
-    argv = [exe, *(["--url", url] if url else []), "--connections", str(concurrency), "--duration", f"{seconds:g}", "--warmup", "1",
-            "--timeout", "30", *flags]
+    argv = [exe, *(["--url", url] if url else []), "--connections", str(concurrency), "--duration", f"{seconds:g}",
+            "--warmup", "1", "--timeout", "30", *flags]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("AOTC_LOAD ")]
     if r.returncode != 0 or not lines:

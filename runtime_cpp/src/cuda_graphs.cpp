@@ -309,17 +309,8 @@ bool on_device(const std::vector<at::Tensor>& inputs) {
 
 // Host inputs at least this large are copied to the device from where they lie when that memory is
 // page-locked (aotc-server's shared memory regions for CUDA models, pin_host_memory), skipping the staging
-// memcpy. Smaller ones go through staging without asking the driver, which is a call per input per request.
+// memcpy. Smaller ones go through staging without asking the driver (is_pinned), a call per input per request.
 constexpr size_t kDirectInputBytes = 64 << 10;
-
-bool page_locked(const void* p) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // memory CUDA does not know of: pageable
-    return false;
-  }
-  return attr.type == cudaMemoryTypeHost;
-}
 
 // A device tensor's contents in freshly allocated pinned host memory, copied on the current stream.
 at::Tensor to_host_async(const at::Tensor& src) {
@@ -481,7 +472,7 @@ std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vecto
     }
     const size_t bytes = inputs[i].nbytes();
     const void* src = inputs[i].data_ptr();
-    if (bytes < kDirectInputBytes || !page_locked(src)) {
+    if (bytes < kDirectInputBytes || !inputs[i].is_pinned()) {
       std::memcpy(g.staging[i].data_ptr(), src, bytes);
       src = g.staging[i].data_ptr();
     }
