@@ -13,7 +13,8 @@ import torch
 
 from aotc.compile import cpu_isa
 from aotc.errors import InputError
-from aotc.loader import load_package, read_manifest
+from aotc import manifest
+from aotc.loader import load_package
 from conftest import eager_reference, read_samples
 
 EXPECTED = {
@@ -41,6 +42,11 @@ def example(request):
     return name, request.getfixturevalue(f"pkg_{name}")
 
 
+def manifest_json(path: str) -> dict:
+    """The manifest as aotc.manifest reads it, in its JSON form (docs/manifest.md)."""
+    return manifest.read(path).to_dict()
+
+
 def _specs(entries):
     return [(t["name"], t["dtype"], t["shape"], t["ranges"]) for t in entries]
 
@@ -48,7 +54,7 @@ def _specs(entries):
 def test_manifest_describes_the_model(example):
     name, pkg = example
     _, inputs, outputs, batch = EXPECTED[name]
-    m = read_manifest(str(pkg))
+    m = manifest_json(str(pkg))
     assert m["format"] == "aotc/1" and m["name"] == name
     assert m["torch_version"] == torch.__version__
     assert m["device"] == "cpu" and m["cpu_isa"] == cpu_isa() and m["cuda_arch"] is None
@@ -61,7 +67,7 @@ def test_manifest_describes_the_model(example):
 
 def test_every_metadata_file_carries_the_final_manifest_with_so_hashes(example):
     _, pkg = example
-    m = read_manifest(str(pkg))
+    m = manifest_json(str(pkg))
     with zipfile.ZipFile(pkg) as zf:
         names = zf.namelist()
         root = names[0].split("/")[0]
@@ -77,7 +83,7 @@ def test_every_metadata_file_carries_the_final_manifest_with_so_hashes(example):
 def test_samples_are_npy_v1_and_match_eager(example):
     name, pkg = example
     spec = EXPECTED[name][0]
-    m = read_manifest(str(pkg))
+    m = manifest_json(str(pkg))
     with zipfile.ZipFile(pkg) as zf:
         root = zf.namelist()[0].split("/")[0]
         for s in m["samples"]:
@@ -104,14 +110,14 @@ def test_package_matches_eager_on_a_fresh_batch(example):
                   if not x.is_floating_point() else torch.randn(3, *x.shape[1:], generator=g) for x in inputs)
     _, _, eager = eager_reference(spec, inputs=fresh)
     got = runner(*fresh)
-    tol = runner.manifest["tolerance"]
+    tol = runner.manifest.tolerance
     for o, e in zip(got, eager):
-        torch.testing.assert_close(o, e, atol=tol["atol"], rtol=tol["rtol"])
+        torch.testing.assert_close(o, e, atol=tol.atol, rtol=tol.rtol)
 
 
 def test_torch_own_loader_opens_the_package(pkg_mlp):
     compiled = torch._inductor.aoti_load_package(str(pkg_mlp))
-    assert json.loads(compiled.get_metadata()["aotc.manifest"]) == read_manifest(str(pkg_mlp))
+    assert json.loads(compiled.get_metadata()["aotc.manifest"]) == manifest_json(str(pkg_mlp))
     _, inputs, eager = eager_reference("models/mlp.py")
     out = compiled(*inputs)
     out = out[0] if isinstance(out, (list, tuple)) else out  # torch unflattens a single output
@@ -150,7 +156,7 @@ def test_loader_runs_the_bounds_of_the_range(pkg_mlp):
 def test_fp16_with_dynamic_batch_flag(export_package):
     pkg = export_package("models/mlp.py", "--dtype", "fp16", "--dynamic-batch", "2:256", "--name", "mlp_fp16",
                          "--freezing", "off", "--inductor-config", "coordinate_descent_tuning=True")
-    m = read_manifest(str(pkg))
+    m = manifest_json(str(pkg))
     assert m["name"] == "mlp_fp16" and m["compile"]["dtype"] == "fp16" and m["compile"]["freezing"] is False
     assert m["compile"]["inductor"]["coordinate_descent_tuning"] is True
     assert m["inputs"][0]["dtype"] == "float16" and m["outputs"][0]["dtype"] == "float16"
@@ -189,7 +195,7 @@ def test_inductor_config_flag_refuses_bad_items(item, message):
 
 def test_embedding_bag_model_exports_with_its_rewrite_report(export_package):
     pkg = export_package("models/embedding_bag.py")
-    m = read_manifest(str(pkg))
+    m = manifest_json(str(pkg))
     assert [t["name"] for t in m["inputs"]][:3] == ["dense", "user_ids", "user_offsets"]
     assert m["outputs"][0]["name"] == "score"
     assert m["batch"] is None  # the id inputs have their own dynamic lengths
@@ -206,10 +212,10 @@ def test_sdpa_backend_is_held_through_the_compile_and_recorded(export_package):
     """--sdpa-backend math: no attention kernel left for AOTInductor to call (the math version is matmuls and a
     softmax it compiles), recorded in the manifest, and the package matches eager."""
     pkg = export_package("models/bert.py", "--sdpa-backend", "math")
-    m = read_manifest(str(pkg))
+    m = manifest_json(str(pkg))
     assert m["compile"]["sdpa_backend"] == "math"
     assert not any("scaled_dot_product" in op for op in m["fallback_ops"]), m["fallback_ops"]
     assert "PASS" in (pkg.parent / "export.log").read_text()
-    default = read_manifest(str(export_package("models/bert.py")))
+    default = manifest_json(str(export_package("models/bert.py")))
     assert "sdpa_backend" not in default["compile"]  # CPU: PyTorch's choice, nothing recorded
     assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in default["fallback_ops"]

@@ -14,7 +14,9 @@ from aotc import export as exp
 from aotc import package, parity, report
 from aotc.errors import ExportError, ModelFileError, NoAttentionKernel
 from aotc.load_model import load_model_file, with_example_batch
+from aotc.manifest import Batch, TensorEntry, Tolerance
 from aotc.pipeline import parse_dynamic_batch, tolerance_for
+from aotc_client.specs import size_plan
 from conftest import REPO
 
 
@@ -76,41 +78,44 @@ def test_strict_export_of_the_mlp():
     mf = load_model_file(str(REPO / "models/mlp.py"))
     ep = exp.export_model(mf.model, mf.example_inputs, mf.dynamic_shapes, True, mf.input_names)
     ins, outs, batch = package.tensor_specs(ep, ["x"], ["y"])
-    assert ins == [{"name": "x", "dtype": "float32", "shape": [-1, 512], "ranges": [[1, 1024], [512, 512]]}]
-    assert outs[0]["shape"] == [-1, 512] and batch == {"min": 1, "max": 1024}
+    assert ins == [TensorEntry("x", "float32", (-1, 512), ((1, 1024), (512, 512)))]
+    assert outs[0].shape == (-1, 512) and batch == Batch(1, 1024)
 
 
 def test_tensor_specs_without_a_shared_batch():
     ep = torch.export.export(Bags(), (torch.randint(0, 100, (10,)), torch.tensor([0, 3, 7])), dynamic_shapes={
         "ids": {0: torch.export.Dim("n", min=1, max=500)}, "offsets": {0: torch.export.Dim("b", max=64)}})
     ins, outs, batch = package.tensor_specs(ep, ["ids", "offsets"], ["out"])
-    assert ins[0]["ranges"] == [[1, 500]] and ins[1]["shape"] == [-1]
-    assert outs[0]["shape"] == [-1, 4] and batch is None
+    assert ins[0].ranges == ((1, 500),) and ins[1].shape == (-1,)
+    assert outs[0].shape == (-1, 4) and batch is None
 
 
 def test_compare_uses_atol_plus_rtol_and_matches_nans():
+    tol = Tolerance(1e-4, 1e-4)
     want = torch.tensor([1.0, 100.0, float("nan")])
-    assert parity.compare(want + torch.tensor([5e-5, 5e-3, 0.0]), want, {"atol": 1e-4, "rtol": 1e-4})["ok"]
-    bad = parity.compare(want + torch.tensor([0.0, 0.1, 0.0]), want, {"atol": 1e-4, "rtol": 1e-4})
-    assert not bad["ok"] and bad["max_abs"] == pytest.approx(0.1, rel=1e-3)
-    assert not parity.compare(torch.zeros(2, 3), torch.zeros(3, 2), {"atol": 1, "rtol": 1})["ok"]
-    assert not parity.compare(torch.zeros(2), torch.zeros(2, dtype=torch.float64), {"atol": 1, "rtol": 1})["ok"]
+    assert parity.compare("y", want + torch.tensor([5e-5, 5e-3, 0.0]), want, tol).ok
+    bad = parity.compare("y", want + torch.tensor([0.0, 0.1, 0.0]), want, tol)
+    assert not bad.ok and bad.max_abs == pytest.approx(0.1, rel=1e-3)
+    assert not parity.compare("y", torch.zeros(2, 3), torch.zeros(3, 2), Tolerance(1, 1)).ok
+    assert not parity.compare("y", torch.zeros(2), torch.zeros(2, dtype=torch.float64), Tolerance(1, 1)).ok
+    # bfloat16, which numpy lacks, is compared widened to float32
+    assert parity.compare("y", want.bfloat16(), want.bfloat16(), tol).ok
 
 
 def test_size_plan_covers_min_max_and_an_odd_size():
-    assert parity._size_plan(1, 1024) == [("min", 1), ("max", 1024), ("odd", 37)]
-    assert parity._size_plan(2, 8) == [("min", 2), ("max", 8), ("odd", 5)]
-    assert parity._size_plan(4, 4) == [("min", 4), ("max", 4)]
-    assert parity._size_plan(0, 2**63 - 1)[1] == ("max", 4096)
+    assert size_plan(1, 1024) == [("min", 1), ("max", 1024), ("odd", 37)]
+    assert size_plan(2, 8) == [("min", 2), ("max", 8), ("odd", 5)]
+    assert size_plan(4, 4) == [("min", 4), ("max", 4)]
+    assert size_plan(0, 2**63 - 1)[1] == ("max", 4096)
 
 
 def test_tolerance_defaults_and_overrides():
     mf = load_model_file(str(REPO / "models/mlp.py"))
-    assert tolerance_for(mf, "fp32") == {"atol": 1e-4, "rtol": 1e-4}
-    assert tolerance_for(mf, "bf16") == {"atol": 5e-2, "rtol": 5e-2}
+    assert tolerance_for(mf, "fp32") == Tolerance(1e-4, 1e-4)
+    assert tolerance_for(mf, "bf16") == Tolerance(5e-2, 5e-2)
     mf.tolerance = {"atol": 1e-3, "rtol": 0.2}
-    assert tolerance_for(mf, "fp32") == {"atol": 1e-3, "rtol": 0.2}
-    assert tolerance_for(mf, "fp16") == {"atol": 1e-2, "rtol": 0.2}
+    assert tolerance_for(mf, "fp32") == Tolerance(1e-3, 0.2)
+    assert tolerance_for(mf, "fp16") == Tolerance(1e-2, 0.2)
 
 
 def test_npy_samples_are_v1_little_endian_and_bf16_keeps_its_bits():
@@ -182,3 +187,27 @@ def test_progress_counts_without_a_total_until_it_is_known():
         pass
     lines = buf.getvalue().splitlines()
     assert lines[0].startswith("[1] torch.export ... done (") and lines[1].startswith("[2/9] AOTInductor compile")
+
+
+def test_fresh_cases_name_each_dynamic_dim_as_the_user_does(tmp_path):
+    """Labels say "batch=1, seq=2" (the batch, then the model file's Dim names), not Inductor's symbols."""
+    f = tmp_path / "seq.py"
+    f.write_text("import torch\n"
+                 "from torch.export import Dim\n"
+                 "class M(torch.nn.Module):\n"
+                 "    def forward(self, x, y):\n"
+                 "        return x.sum(1) + y.sum(1)\n"
+                 "def model():\n    return M()\n"
+                 "def example_inputs():\n    return (torch.ones(4, 8), torch.ones(4, 3))\n"
+                 "def dynamic_shapes():\n"
+                 "    b = Dim('b', min=1, max=16)\n"
+                 "    return {'x': {0: b, 1: Dim('seq', min=2, max=64)}, 'y': {0: b, 1: None}}\n")
+    mf = load_model_file(str(f))
+    ep = exp.export_model(mf.model, mf.example_inputs, mf.dynamic_shapes, False, mf.input_names)
+    ins, outs, batch = package.tensor_specs(ep, mf.input_names, ["out"])
+    assert batch == Batch(1, 16)
+    ref = exp.eager_outputs(mf.model, mf.example_inputs, mf)
+    cases = parity.make_cases(mf, ep, mf.model, mf.example_inputs, ref, ins, "cpu", "fp32", batch is not None)
+    assert [c["label"] for c in cases] == ["example inputs", "fresh min (batch=1, seq=2)",
+                                           "fresh max (batch=16, seq=64)", "fresh odd (batch=9, seq=39)"]
+    assert [tuple(c["inputs"][0].shape) for c in cases[1:]] == [(1, 2), (16, 64), (9, 39)]

@@ -3,16 +3,19 @@ torch version, device, CPU ISA, tampered or foreign archives."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
 import zipfile
 
 import pytest
 import torch
 
 from aotc.errors import PackageError
-from aotc.inspect_pkg import why_cannot_run
-from aotc.loader import load_package, read_manifest
-from conftest import run_aotc
+from aotc.loader import load_package
+from aotc.manifest import read, why_cannot_run
+from conftest import REPO, run_aotc
 
 
 def _rewrite(src, dst, edit_manifest=None, edit_so=None):
@@ -36,7 +39,7 @@ def test_inspect_prints_the_manifest_and_runs_here(pkg_mlp):
     r = run_aotc("inspect", pkg_mlp)
     assert r.returncode == 0, r.stderr
     text, _, verdict = r.stdout.rpartition("runs here:")
-    assert json.loads(text) == read_manifest(str(pkg_mlp))
+    assert json.loads(text) == read(str(pkg_mlp)).to_dict()
     assert verdict.strip().startswith("yes") and torch.__version__ in verdict
 
 
@@ -72,12 +75,12 @@ def test_unlisted_so_is_refused(pkg_simple, tmp_path):
 def test_foreign_format_is_refused(pkg_simple, tmp_path):
     bad = _rewrite(pkg_simple, tmp_path / "v2.pt2", edit_manifest=lambda m: m.update(format="aotc/2"))
     with pytest.raises(PackageError, match="manifest format is 'aotc/2', this aotc reads 'aotc/1'"):
-        read_manifest(str(bad))
+        read(str(bad))
 
 
 @pytest.fixture
 def manifest(pkg_mlp):
-    return read_manifest(str(pkg_mlp))
+    return read(str(pkg_mlp))
 
 
 def test_why_cannot_run_accepts_this_machine(manifest):
@@ -91,13 +94,19 @@ def test_why_cannot_run_checks_the_isa(manifest):
     missing = next((isa for isa in ("avx512", "avx2", "neon", "sve") if isa not in have), None)
     if missing is None:
         pytest.skip("this CPU supports every ISA we could ask for")
-    manifest["cpu_isa"] = missing
-    assert f"compiled for CPU ISA {missing}" in why_cannot_run(manifest)
+    assert f"compiled for CPU ISA {missing}" in why_cannot_run(dataclasses.replace(manifest, cpu_isa=missing))
 
 
 def test_why_cannot_run_checks_device(manifest):
-    manifest["device"] = "tpu"
-    assert "unknown device 'tpu'" in why_cannot_run(manifest)
+    assert "unknown device 'tpu'" in why_cannot_run(dataclasses.replace(manifest, device="tpu"))
     if not torch.cuda.is_available():
-        manifest["device"] = "cuda"
-        assert "no usable CUDA device" in why_cannot_run(manifest)
+        assert "no usable CUDA device" in why_cannot_run(dataclasses.replace(manifest, device="cuda"))
+
+
+def test_inspect_into_a_closed_pipe_ends_quietly(pkg_mlp):
+    """`aotc inspect PKG | head`: the reader goes away before aotc writes; no traceback, exit 0."""
+    p = subprocess.Popen([sys.executable, "-m", "aotc.cli", "inspect", str(pkg_mlp)], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0 and err == "", err

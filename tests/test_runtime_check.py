@@ -15,7 +15,7 @@ def test_check_passes_on_the_exported_model(pkg_simple):
     # 2 stored samples + min/max/odd batch, 2 outputs each, two backends per row
     assert len(rows) == 10, r.stdout
     assert all(line.count(" ok") == 2 for line in rows), r.stdout
-    assert any("dim0=1024" in line for line in rows) and any("dim0=1)" in line for line in rows)
+    assert any("batch=1024" in line for line in rows) and any("batch=1)" in line for line in rows)
     assert "parity ok: 5 cases" in r.stdout
 
 

@@ -20,7 +20,7 @@ def test_self_check_in_empty_environment(fixture, request):
     r = run_aotc_run(pkg)
     assert r.returncode == 0, r.stderr
     lines = [line for line in r.stdout.splitlines() if line.startswith("sample ")]
-    n = len(Session(pkg).manifest["samples"]) * len(Session(pkg).output_names)
+    n = len(Session(pkg).manifest.samples) * len(Session(pkg).output_names)
     assert len(lines) == n and all(" ok " in line for line in lines), r.stdout
     assert all(re.search(r"max_abs \S+\s+max_rel \S+", line) for line in lines)
 

@@ -39,9 +39,9 @@ def test_threads_get_the_single_threaded_answers(pkg_mlp, num_runners):
     for th in threads:
         th.join(timeout=300)
     assert not errors, errors
-    tol = session.manifest["tolerance"]
+    tol = session.manifest.tolerance
     for t in range(THREADS):
         for i in range(CALLS):
             got, want = results[t][i], expected[t][i]
             assert got is not None and got.shape == want.shape, (t, i)
-            np.testing.assert_allclose(got, want, atol=tol["atol"], rtol=tol["rtol"], err_msg=f"thread {t} call {i}")
+            np.testing.assert_allclose(got, want, atol=tol.atol, rtol=tol.rtol, err_msg=f"thread {t} call {i}")

@@ -16,6 +16,7 @@ import torch
 
 from aotc import package
 from aotc.errors import PackageError
+from aotc.manifest import Batch, StaticGraph
 from aotc.pipeline import static_graph_plan
 from aotc.errors import ExportError
 from aotc.runtime import Session
@@ -37,12 +38,12 @@ def pkg_static_frozen(export_package):
 
 def test_package_holds_one_graph_per_static_batch(pkg_static):
     s = Session(pkg_static)
-    assert s.manifest["static_graphs"] == [{"batch": 1, "graph": "batch1_static", "weights": "model"},
-                                           {"batch": 16, "graph": "batch16_static", "weights": "model"}]
+    assert s.manifest.static_graphs == (StaticGraph(1, "batch1_static", "model"),
+                                        StaticGraph(16, "batch16_static", "model"))
     with zipfile.ZipFile(pkg_static) as zf:
         sos = sorted(n.split("/")[3] for n in zf.namelist() if n.endswith(".so"))
     assert sos == ["batch16_static", "batch1_static", "model"]
-    assert len(s.manifest["files_sha256"]) == 3  # every graph's .so is hashed and checked at load
+    assert len(s.manifest.files_sha256) == 3  # every graph's .so is hashed and checked at load
     log = (pkg_static.parent / "export.log").read_text()  # the export's summary, kept beside the cached package
     assert ("static    batch 1 (batch1_static, weights of model), batch 16 (batch16_static, weights of model)"
             in log)
@@ -81,12 +82,12 @@ def test_python_loader_lends_the_static_graph_its_weights(pkg_static):
     x = torch.randn(16, 512, generator=torch.Generator().manual_seed(3))
     (got,) = runner(x)
     with torch.no_grad():
-        assert_close(got.numpy(), model(x).numpy(), runner.manifest["tolerance"], "batch16_static, lent weights")
+        assert_close(got.numpy(), model(x).numpy(), runner.manifest.tolerance, "batch16_static, lent weights")
 
 
 def test_frozen_static_graphs_keep_their_own_weights(pkg_static_frozen):
     s = Session(pkg_static_frozen)
-    assert s.manifest["static_graphs"] == [{"batch": 16, "graph": "batch16_static"}]
+    assert s.manifest.static_graphs == (StaticGraph(16, "batch16_static"),)
     r = run_aotc_run(pkg_static_frozen)
     assert r.returncode == 0, r.stderr
     assert "(graph batch16_static)" in r.stdout and "MISMATCH" not in r.stdout
@@ -101,7 +102,7 @@ def test_each_batch_runs_its_graph_and_matches_eager(pkg_static):
         x = torch.randn(n, 512, generator=gen)
         _, _, (ref,) = eager_reference("models/mlp.py", inputs=(x,))
         (got,) = s.run([x.numpy()])
-        assert_close(got, ref.numpy(), s.manifest["tolerance"], f"batch {n} through {s.graph_for_batch(n)}")
+        assert_close(got, ref.numpy(), s.manifest.tolerance, f"batch {n} through {s.graph_for_batch(n)}")
 
 
 def test_aotc_run_self_check_covers_the_static_graphs(pkg_static):
@@ -159,19 +160,19 @@ def test_a_static_graph_the_main_graph_cannot_lend_weights_to_is_refused(pkg_sta
 
 
 def test_static_graph_plan():
-    assert static_graph_plan((16, 1, 16), {"min": 1, "max": 64}) == [{"batch": 1, "graph": "batch1_static"},
-                                                                     {"batch": 16, "graph": "batch16_static"}]
+    assert static_graph_plan((16, 1, 16), Batch(1, 64)) == [StaticGraph(1, "batch1_static"),
+                                                            StaticGraph(16, "batch16_static")]
     assert static_graph_plan((), None) == []
     with pytest.raises(ExportError, match="no dynamic batch dim"):
         static_graph_plan((8,), None)
     with pytest.raises(ExportError, match=r"\[128\] outside the batch range \[1, 64\]"):
-        static_graph_plan((8, 128), {"min": 1, "max": 64})
+        static_graph_plan((8, 128), Batch(1, 64))
 
 
 def test_static_graph_plan_for_the_buckets():
     """`--static-batches buckets[:N]`: the runtime's CUDA-graph buckets of the batch range (up to N)."""
     def batches(sizes, lo, hi):
-        return [g["batch"] for g in static_graph_plan(sizes, {"min": lo, "max": hi})]
+        return [g.batch for g in static_graph_plan(sizes, Batch(lo, hi))]
 
     assert batches("buckets", 1, 64) == [1, 2, 4, 8, 16, 32, 64]
     assert batches("buckets:32", 1, 64) == [1, 2, 4, 8, 16, 32]
@@ -179,6 +180,6 @@ def test_static_graph_plan_for_the_buckets():
     assert batches("buckets", 3, 20) == [4, 8, 16, 20]  # a batch of 3 pads to 4
     assert batches("buckets", 8, 8) == [8]
     with pytest.raises(ExportError, match=r"no bucket of the batch range \[3, 20\] is at most 2"):
-        static_graph_plan("buckets:2", {"min": 3, "max": 20})
+        static_graph_plan("buckets:2", Batch(3, 20))
     with pytest.raises(ExportError, match="--static-batches buckets: the model has no dynamic batch dim"):
         static_graph_plan("buckets", None)

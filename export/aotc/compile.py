@@ -1,7 +1,7 @@
 """Stage 4: compile an ExportedProgram with AOTInductor into a .pt2 package, with aotc's defaults.
 
 Defaults per device were measured on the development machine (2-core x86 CPU, torch 2.13) for the seed
-MLP; see docs/benchmarks.md and `bench/compile_options.py`. Freezing (constant-folding the weights into
+MLP; see docs/performance.md and `bench/compile_options.py`. Freezing (constant-folding the weights into
 the graph and letting Inductor pre-pack them for its GEMMs) is what made AOTI beat eager on CPU.
 This module only compiles; the manifest is handed in as a string and embedded as package metadata.
 AOTInductor compiles in this process and uses the global Inductor config: one compile at a time.
@@ -13,17 +13,16 @@ import os
 import time
 
 from aotc.errors import CompileError
+from aotc.manifest import METADATA_KEY
 
 # Inductor options that are not per-call choices of the user. Freezing is on for CPU (it is what made AOTI beat
 # eager there) and off for CUDA, where it measured neutral on the H200 (BERT-base and the recommendation
-# model, docs/benchmarks.md) and the CUDA numbers there are without it; `aotc export --freezing on|off`
+# model, docs/performance.md) and the CUDA numbers there are without it; `aotc export --freezing on|off`
 # overrides either.
 DEVICE_DEFAULTS: dict[str, dict] = {
     "cpu": {"freezing": True},
     "cuda": {"freezing": False},
 }
-
-MANIFEST_KEY = "aotc.manifest"
 
 
 def inductor_configs(device: str, max_autotune: bool, manifest_json: str, freezing: bool | None = None,
@@ -38,7 +37,7 @@ def inductor_configs(device: str, max_autotune: bool, manifest_json: str, freezi
         if device == "cpu":
             configs["max_autotune_gemm_backends"] = "CPP,ATEN"
     configs.update(extra or {})
-    configs["aot_inductor.metadata"] = {MANIFEST_KEY: manifest_json}
+    configs["aot_inductor.metadata"] = {METADATA_KEY: manifest_json}
     return configs
 
 

@@ -10,6 +10,7 @@ temporary file and renamed into place, so a reader never sees a half-written pac
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import io
@@ -18,10 +19,9 @@ import os
 import tempfile
 
 import aotc
-from aotc.compile import MANIFEST_KEY
 from aotc.errors import PackageError
+from aotc.manifest import METADATA_KEY, Batch, Manifest, Sample, TensorEntry, Tolerance
 
-FORMAT = "aotc/1"
 INT64_MAX = 2**63 - 1
 SAMPLE_DIR = "aotc"  # not extra/: torch's Python loader decodes every extra/ file as UTF-8 text
 _SYSTEM_RECORDS = {".data/version", ".data/serialization_id"}  # the writer adds its own
@@ -42,8 +42,8 @@ def _dim_range(expr, rc, unknown_hi: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _spec(name: str, val, rc, is_output: bool) -> tuple[dict, object]:
-    """({"name","dtype","shape","ranges"}, the symbol of dim 0 or None) for one fake tensor."""
+def _spec(name: str, val, rc, is_output: bool) -> tuple[TensorEntry, object]:
+    """(the manifest's entry, the symbol of dim 0 or None) for one fake tensor."""
     import torch
 
     shape, ranges, dim0 = [], [], None
@@ -54,16 +54,17 @@ def _spec(name: str, val, rc, is_output: bool) -> tuple[dict, object]:
             if is_output and hi == -1:
                 lo = 0
             shape.append(-1)
-            ranges.append([lo, hi])
+            ranges.append((lo, hi))
             if i == 0 and expr.is_Symbol:
                 dim0 = expr
         else:
             shape.append(int(d))
-            ranges.append([int(d), int(d)])
-    return {"name": name, "dtype": dtype_name(val.dtype), "shape": shape, "ranges": ranges}, dim0
+            ranges.append((int(d), int(d)))
+    return TensorEntry(name, dtype_name(val.dtype), tuple(shape), tuple(ranges)), dim0
 
 
-def tensor_specs(ep, input_names: list[str], output_names: list[str]) -> tuple[list, list, dict | None]:
+def tensor_specs(ep, input_names: list[str],
+                 output_names: list[str]) -> tuple[list[TensorEntry], list[TensorEntry], Batch | None]:
     """(inputs, outputs, batch) for the manifest, from the ExportedProgram's user inputs and outputs."""
     from torch.export.graph_signature import OutputKind
 
@@ -82,8 +83,7 @@ def tensor_specs(ep, input_names: list[str], output_names: list[str]) -> tuple[l
         dims0.append(d0)
     batch = None
     if dims0 and dims0[0] is not None and all(d == dims0[0] for d in dims0):
-        lo, hi = inputs[0]["ranges"][0]
-        batch = {"min": lo, "max": hi}
+        batch = Batch(*inputs[0].ranges[0])
     return inputs, outputs, batch
 
 
@@ -100,50 +100,34 @@ def npy_bytes(t) -> bytes:
     return buf.getvalue()
 
 
-def sample_files(samples: list[tuple[tuple, tuple]]) -> tuple[list[dict], dict[str, bytes]]:
+def sample_files(samples: list[tuple[tuple, tuple]]) -> tuple[list[Sample], dict[str, bytes]]:
     """(manifest 'samples' entries, {archive path: npy bytes}) for [(inputs, outputs), ...]."""
     entries, files = [], {}
     for k, (ins, outs) in enumerate(samples):
-        entry = {"inputs": [], "outputs": []}
+        paths = {}
         for kind, tensors in (("input", ins), ("output", outs)):
-            for i, t in enumerate(tensors):
-                path = f"{SAMPLE_DIR}/sample{k}_{kind}{i}.npy"
-                files[path] = npy_bytes(t)
-                entry[f"{kind}s"].append(path)
-        entries.append(entry)
+            paths[kind] = tuple(f"{SAMPLE_DIR}/sample{k}_{kind}{i}.npy" for i in range(len(tensors)))
+            files.update((path, npy_bytes(t)) for path, t in zip(paths[kind], tensors))
+        entries.append(Sample(paths["input"], paths["output"]))
     return entries, files
 
 
-def build_manifest(*, name, device, cpu_isa, cuda_arch, inputs, outputs, batch, compile_options,
-                   rewrites, fallback_ops, tolerance, samples, static_graphs=()) -> dict:
+def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, outputs, batch: Batch | None,
+                   compile_options: dict, rewrites: dict, fallback_ops, tolerance: Tolerance, samples,
+                   static_graphs=()) -> Manifest:
+    """The manifest before the archive exists (files_sha256 is filled in by finalize)."""
     import torch
 
-    return {
-        "format": FORMAT,
-        "aotc_version": aotc.__version__,
-        "name": name,
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "torch_version": torch.__version__,
-        "device": device,
-        "cpu_isa": cpu_isa,
-        "cuda_arch": cuda_arch,
-        "inputs": inputs,
-        "outputs": outputs,
-        "batch": batch,
-        "compile": compile_options,
-        "rewrites": rewrites,
-        "fallback_ops": list(fallback_ops),
-        "tolerance": tolerance,
-        "files_sha256": {},
-        "samples": samples,
-        # [{"batch": N, "graph": AOTI model name, "weights": "model" (compiled without weights, runs on the
-        # main graph's)}]: graphs compiled with dim 0 static at N, beside "model"
-        "static_graphs": list(static_graphs),
-    }
+    return Manifest(
+        name=name, device=device, torch_version=torch.__version__, inputs=tuple(inputs), outputs=tuple(outputs),
+        tolerance=tolerance, samples=tuple(samples), batch=batch, cpu_isa=cpu_isa,
+        cuda_arch=None if cuda_arch is None else tuple(cuda_arch), compile=compile_options, rewrites=rewrites,
+        fallback_ops=tuple(fallback_ops), static_graphs=tuple(static_graphs), aotc_version=aotc.__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-def finalize(compiled_path: str, out_path: str, manifest: dict, extra_files: dict[str, bytes],
-             static_compiled: dict[str, str] | None = None) -> dict:
+def finalize(compiled_path: str, out_path: str, manifest: Manifest, extra_files: dict[str, bytes],
+             static_compiled: dict[str, str] | None = None) -> Manifest:
     """Writes `out_path`: the compiled archive + samples, every *_metadata.json carrying the final manifest
     (files_sha256 filled in). `static_compiled` ({graph name: compiled archive}) adds more graphs, each
     archive's model moved to data/aotinductor/<graph name>/. Returns that manifest."""
@@ -162,14 +146,13 @@ def finalize(compiled_path: str, out_path: str, manifest: dict, extra_files: dic
                 raise PackageError(f"{path}: record '{r}' is outside {_MODEL_DIR}; cannot merge it as graph '{graph}'")
             contents[f"data/aotinductor/{graph}/{r[len(_MODEL_DIR):]}"] = other.get_record(r)
     records = list(contents)
-    manifest = dict(manifest)
-    manifest["files_sha256"] = {r: hashlib.sha256(b).hexdigest() for r, b in sorted(contents.items())
-                                if r.endswith(".so")}
-    text = json.dumps(manifest)
+    manifest = dataclasses.replace(manifest, files_sha256={r: hashlib.sha256(b).hexdigest()
+                                                           for r, b in sorted(contents.items()) if r.endswith(".so")})
+    text = manifest.to_json()
     for r in records:
         if r.endswith("_metadata.json"):
             meta = json.loads(contents[r])
-            meta[MANIFEST_KEY] = text
+            meta[METADATA_KEY] = text
             contents[r] = json.dumps(meta).encode()
     contents.update(extra_files)
 

@@ -11,27 +11,8 @@ Not a benchmark. Uses a private RNG; safe to call from one thread at a time (eag
 from __future__ import annotations
 
 from aotc import export as exp
-
-_ODD_OFFSET = 36  # lo + 36 is odd when lo is odd: a size that is neither a power of two nor a bound
-_CAP = 4096       # dims with no finite upper bound are checked up to here
-
-
-def _odd_between(lo: int, hi: int) -> int | None:
-    """An odd size strictly inside (lo, hi): lo+36 or lo+37 when it fits, else the odd one near the middle."""
-    v = lo + _ODD_OFFSET + (lo + 1) % 2
-    if v >= hi:
-        v = (lo + hi) // 2
-        v -= 1 - v % 2
-    return v if lo < v < hi else None
-
-
-def _size_plan(lo: int, hi: int) -> list[tuple[str, int]]:
-    hi = min(hi, max(_CAP, lo))
-    plan = [("min", lo), ("max", hi)]
-    odd = _odd_between(lo, hi)
-    if odd is not None:
-        plan.append(("odd", odd))
-    return plan
+from aotc_client.compare import Comparison, compare_array
+from aotc_client.specs import size_plan
 
 
 def _batch_range(specs_in: list[dict], ep) -> tuple[int, int] | None:
@@ -47,8 +28,8 @@ def _batch_range(specs_in: list[dict], ep) -> tuple[int, int] | None:
             if hi is not None:
                 return lo, hi
     for s in specs_in:
-        if s["shape"] and s["shape"][0] == -1:
-            return tuple(s["ranges"][0])
+        if s.shape and s.shape[0] == -1:
+            return tuple(s.ranges[0])
     return None
 
 
@@ -60,7 +41,8 @@ def _sym_range(expr, rc):
     return lo, (int(vr.upper) if vr.upper.is_finite else None)
 
 
-def _random_like(x, shape, gen):
+def random_like(x, shape, gen):
+    """Random values shaped `shape`, drawn like the tensor `x` (its integer range, its float mean and std)."""
     import torch
 
     if x.dtype == torch.bool:
@@ -73,8 +55,9 @@ def _random_like(x, shape, gen):
     return torch.randint(lo, hi + 1, shape, generator=gen, dtype=torch.int64).to(x.dtype)
 
 
-def _generic_inputs(ep, inputs, label: str, gen):
-    """Random inputs with every dynamic symbol at its min/max/odd size (derived dims follow)."""
+def _generic_inputs(ep, inputs, label: str, gen, names: dict):
+    """Random inputs with every dynamic symbol at its min/max/odd size (derived dims follow), and the sizes
+    picked as "batch=1, seq=8" (`names`: symbol -> the name a user knows it by, _dim_names)."""
     import torch
 
     nodes = {n.name: n for n in ep.graph.nodes}
@@ -87,36 +70,59 @@ def _generic_inputs(ep, inputs, label: str, gen):
     pick = {}
     for sym in symbols:
         lo, hi = _sym_range(sym, ep.range_constraints)
-        plan = dict(_size_plan(lo, hi if hi is not None else _CAP))
+        plan = dict(size_plan(lo, hi if hi is not None else 2**63 - 1))
         pick[sym] = plan.get(label, plan["max"])
     out = []
     for v, x in zip(vals, inputs):
         shape = [int(d.node.expr.subs(pick)) if isinstance(d, torch.SymInt) else int(d) for d in v.shape]
-        out.append(_random_like(x, shape, gen).to(x.device))
-    return tuple(out), ", ".join(f"{s}={n}" for s, n in pick.items())
+        out.append(random_like(x, shape, gen).to(x.device))
+    return tuple(out), ", ".join(f"{names.get(s, s)}={n}" for s, n in pick.items())
 
 
-def make_cases(mf, ep, model, inputs, ref, specs_in, device: str, dtype: str) -> list[dict]:
-    """[{"label", "inputs", "ref", "inputs_outputs", "sample"}]: the example first, then fresh sizes."""
+def _dim_names(mf, ep, batch: bool) -> dict:
+    """{symbol: name} for the dynamic symbols of the program's inputs: "batch" for the shared dim 0 of a
+    batched model, else the name of the model file's Dim (dynamic_shapes()), else "<input> dim <d>"."""
+    import torch
+
+    ds = mf.dynamic_shapes
+    per_input = ds if isinstance(ds, dict) else dict(zip(mf.input_names, ds or ()))
+    nodes = {n.name: n for n in ep.graph.nodes}
+    names = {}
+    for name, node in zip(mf.input_names, ep.graph_signature.user_inputs):
+        dims = per_input.get(name)
+        dims = dict(enumerate(dims)) if isinstance(dims, (tuple, list)) else dict(dims or {})
+        for d, size in enumerate(nodes[node].meta["val"].shape):
+            if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol) or size.node.expr in names:
+                continue
+            dim = dims.get(d, dims.get(d - len(nodes[node].meta["val"].shape)))
+            names[size.node.expr] = ("batch" if batch and d == 0 else getattr(dim, "__name__", None)
+                                     or f"{name} dim {d}")
+    return names
+
+
+def make_cases(mf, ep, model, inputs, ref, specs_in, device: str, dtype: str, batched: bool) -> list[dict]:
+    """[{"label", "inputs", "ref", "inputs_outputs", "sample"}]: the example first, then fresh sizes.
+    `batched`: the manifest has a batch (dim 0 shared by every input and output)."""
     import torch
 
     cases = [_case("example inputs", inputs, ref, sample=True)]
-    dynamic = any(-1 in s["shape"] for s in specs_in)
+    dynamic = any(-1 in s.shape for s in specs_in)
     float_dtype = getattr(torch, exp.DTYPES[dtype])
     gen = torch.Generator().manual_seed(1234)
     batch = _batch_range(specs_in, ep) if getattr(mf.module, "make_inputs", None) else None
     if batch is not None:
-        for label, b in _size_plan(*batch):
+        for label, b in size_plan(*batch):
             fresh = tuple(exp.cast_input(x, device, float_dtype) for x in mf.make_inputs(b))
-            cases.append(_case(f"fresh batch {b} ({label})", fresh, _eager(model, fresh, mf), label == "odd"))
+            cases.append(_case(f"fresh {label} (batch={b})", fresh, _eager(model, fresh, mf), label == "odd"))
     elif dynamic:
+        names = _dim_names(mf, ep, batched)
         for label in ("min", "max", "odd"):
-            fresh, sizes = _generic_inputs(ep, inputs, label, gen)
+            fresh, sizes = _generic_inputs(ep, inputs, label, gen, names)
             if any(c["label"].endswith(f"({sizes})") for c in cases):
                 continue  # e.g. no odd size fits a narrow range
             cases.append(_case(f"fresh {label} ({sizes})", fresh, _eager(model, fresh, mf), label == "odd"))
     else:
-        fresh = tuple(_random_like(x, list(x.shape), gen).to(x.device) for x in inputs)
+        fresh = tuple(random_like(x, list(x.shape), gen).to(x.device) for x in inputs)
         cases.append(_case("fresh inputs", fresh, _eager(model, fresh, mf), True))
     return cases
 
@@ -134,33 +140,26 @@ def _case(label, inputs, ref, sample: bool) -> dict:
             "sample": sample}
 
 
-def compare(got, want, tol: dict) -> dict:
-    """{"max_abs", "max_rel", "ok"} for one output; NaN matches NaN, shapes must agree."""
+def to_numpy(t):
+    """A tensor as numpy for compare_array: on the host; bfloat16 (which numpy lacks) widened to float32."""
     import torch
 
-    if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
-        return {"max_abs": float("inf"), "max_rel": float("inf"), "ok": False,
-                "note": f"got {got.dtype}{list(got.shape)}, eager gave {want.dtype}{list(want.shape)}"}
-    a, b = got.detach().cpu().double(), want.detach().cpu().double()
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    diff = torch.where(both_nan | (a == b), torch.zeros_like(a), (a - b).abs())
-    diff = torch.nan_to_num(diff, nan=float("inf"))
-    within = (diff <= tol["atol"] + tol["rtol"] * b.abs()) | both_nan | (a == b)  # a == b: same infinities
-    ok = bool(within.all()) if diff.numel() else True
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    rel = diff / b.abs().clamp_min(1e-12)
-    significant = (b.abs() > tol["atol"]) & ~both_nan
-    max_rel = float(rel[significant].max()) if bool(significant.any()) else 0.0
-    return {"max_abs": max_abs, "max_rel": max_rel, "ok": ok}
+    t = t.detach().cpu()
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
 
-def static_case(graph: dict, inputs, ref) -> dict:
-    """The parity case of a static graph ({"batch", "graph"} of the manifest's static_graphs): run through
-    that graph, and kept as a sample for the runtime's self-check."""
-    return dict(_case(f"static graph {graph['graph']}", inputs, ref, sample=True), graph=graph["graph"])
+def compare(name: str, got, want, tol) -> Comparison:
+    """One output (a torch tensor) against eager's, by aotc's one parity rule (aotc_client.compare)."""
+    return compare_array(name, to_numpy(got), to_numpy(want), tol.atol, tol.rtol)
 
 
-def check(path: str, cases: list[dict], tol: dict, device: str, weights: dict | None = None) -> list[dict]:
+def static_case(graph, inputs, ref) -> dict:
+    """The parity case of a static graph (a manifest.StaticGraph): run through that graph, and kept as a
+    sample for the runtime's self-check."""
+    return dict(_case(f"static graph {graph.graph}", inputs, ref, sample=True), graph=graph.graph)
+
+
+def check(path: str, cases: list[dict], tol, device: str, weights: dict | None = None) -> list[dict]:
     """Loads the package and compares it with eager on every case, each through its graph ("model" unless
     the case names a static graph). `weights` (by FQN, pipeline.weights_by_fqn of the main graph's program)
     are lent to the static graphs compiled without their own, as the runtime lends the main graph's."""
@@ -174,7 +173,7 @@ def check(path: str, cases: list[dict], tol: dict, device: str, weights: dict | 
             runners[graph] = load_package(path, graph=graph, weights=weights)
         runner = runners[graph]
         outs = runner(*case["inputs"])
-        errors = {name: compare(o, r, tol) for name, o, r in zip(runner.output_names, outs, case["ref"])}
-        ok = len(outs) == len(case["ref"]) and all(e["ok"] for e in errors.values())
+        errors = {name: compare(name, o, r, tol) for name, o, r in zip(runner.output_names, outs, case["ref"])}
+        ok = len(outs) == len(case["ref"]) and all(e.ok for e in errors.values())
         results.append({"label": case["label"], "ok": ok, "errors": errors})
     return results

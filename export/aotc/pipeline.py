@@ -1,8 +1,8 @@
 """`aotc export`: model file -> eager reference -> torch.export -> rewrites -> AOTInductor -> package -> parity.
 
 `export_model_file(spec, options)` runs every stage with a progress line each and returns the result
-(manifest, graph report, compile time, parity per case); `main(args)` is the CLI's entry and prints the
-summary. It is not the CLI parser (cli.py) and does not serve. AOTInductor uses process-global config:
+(manifest, graph report, compile time, parity per case); `run_export(spec, options)` does that and prints
+the summary. It is not the CLI parser (cli/export.py) and does not serve. AOTInductor uses process-global config:
 run one export per process at a time.
 """
 
@@ -16,14 +16,15 @@ from aotc import compile as aoti
 from aotc import export as exp
 from aotc import package, parity, report
 from aotc.errors import ExportError, NoAttentionKernel, ParityError
+from aotc.manifest import Batch, StaticGraph, Tolerance
 from aotc.load_model import load_model_file, with_example_batch
+from aotc_client.compare import default_tolerance
 
-DTYPE_TOLERANCE = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2)}
 # --static-batches when not given, for a model with a dynamic batch. On the H200, static graphs at the
 # buckets up to 32 made BERT-base's batch-8 call 19% shorter than the dynamic graph's (and ahead of
 # torch.compile's reduce-overhead, which the dynamic graph is not) and dynamic batching 4.4x instead of
 # 3.8x, for about 80 s more compile, 13% more package and no more device memory (they run on the main graph's
-# weights): docs/benchmarks.md. On the CPU, freezing folds the weights into each graph, so each would
+# weights): docs/performance.md. On the CPU, freezing folds the weights into each graph, so each would
 # carry its own copy: none by default.
 DEFAULT_STATIC_BATCHES = {"cpu": (), "cuda": "buckets:32"}
 
@@ -50,14 +51,14 @@ class ExportOptions:
     verbose: bool = False
 
 
-def tolerance_for(mf, dtype: str) -> dict:
+def tolerance_for(mf, dtype: str) -> Tolerance:
     """The model's tolerance(); at fp16/bf16 never tighter than the dtype's default."""
-    atol, rtol = DTYPE_TOLERANCE[dtype]
+    atol, rtol = default_tolerance(exp.DTYPES[dtype])
     if mf.tolerance is None:
-        return {"atol": atol, "rtol": rtol}
+        return Tolerance(atol, rtol)
     if dtype == "fp32":
-        return dict(mf.tolerance)
-    return {"atol": max(atol, mf.tolerance["atol"]), "rtol": max(rtol, mf.tolerance["rtol"])}
+        return Tolerance(mf.tolerance["atol"], mf.tolerance["rtol"])
+    return Tolerance(max(atol, mf.tolerance["atol"]), max(rtol, mf.tolerance["rtol"]))
 
 
 def export_model_file(spec: str, opts: ExportOptions) -> dict:
@@ -66,7 +67,7 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
     if opts.sdpa_backend is None and opts.device == "cuda":
         # On CUDA, flash attention unless the model's attention has no flash kernel (fp32, say): on the H200
         # it ran BERT-base 7% (batch 1) and 3% (batch 8) faster than PyTorch's own pick, cuDNN attention
-        # (docs/benchmarks.md). A model without attention is not affected.
+        # (docs/performance.md). A model without attention is not affected.
         try:
             with attention_backend("flash"):
                 return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"))
@@ -77,8 +78,6 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
 
 
 def _export_model_file(spec: str, opts: ExportOptions) -> dict:
-    import json
-
     import torch
 
     if opts.device == "cuda" and not torch.cuda.is_available():
@@ -86,7 +85,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     # the static graphs, counted now with --dynamic-batch, a list of sizes or no default; else (the buckets of a
     # batch range torch.export has yet to find) the stage count goes without a total until it does
     if opts.dynamic_batch:
-        planned = len(_static_plan(opts, {"min": opts.dynamic_batch[0], "max": opts.dynamic_batch[1]}))
+        planned = len(_static_plan(opts, Batch(*opts.dynamic_batch)))
     elif isinstance(opts.static_batches, tuple):
         planned = len(set(opts.static_batches))
     elif opts.static_batches is None and not DEFAULT_STATIC_BATCHES[opts.device]:
@@ -122,7 +121,7 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
         if graph["python_ops"] and not opts.allow_python_ops:
             raise ExportError(_python_ops_message(graph["python_ops"]))
         specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
-        cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype)
+        cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype, batch is not None)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
     static = _static_plan(opts, batch)
     prog.total = 7 + 2 * len(static)
@@ -131,13 +130,14 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     inductor.pop("aot_inductor.metadata")
     static_programs = {}  # graph name -> its exported program
     main_weights = weights_by_fqn(ep)
-    for g in static:  # each static graph's parity case is also a sample, so aotc-run's self-check runs it
-        with prog.stage(f"torch.export, static batch {g['batch']}"):
-            _, inputs_s = exp.prepare(with_example_batch(mf, g["batch"]), opts.device, opts.dtype)
+    for i, g in enumerate(static):  # each static graph's parity case is also a sample, for aotc-run's self-check
+        with prog.stage(f"torch.export, static batch {g.batch}"):
+            _, inputs_s = exp.prepare(with_example_batch(mf, g.batch), opts.device, opts.dtype)
             ref_s = exp.eager_outputs(model, inputs_s, mf)
-            static_programs[g["graph"]] = _static_program(mf, model, inputs_s, rewrites, opts)
-            if not inductor.get("freezing") and borrows_weights(static_programs[g["graph"]], main_weights):
-                g["weights"] = "model"  # compiled without weights: the runtime lends it the main graph's
+            static_programs[g.graph] = _static_program(mf, model, inputs_s, rewrites, opts)
+            if not inductor.get("freezing") and borrows_weights(static_programs[g.graph], main_weights):
+                # compiled without weights: the runtime lends it the main graph's
+                static[i] = g = dataclasses.replace(g, weights="model")
             cases.append(parity.static_case(g, inputs_s, ref_s))
 
     samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
@@ -157,15 +157,15 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".aotc-compile-") as tmp:
         compiled = os.path.join(tmp, os.path.basename(out))
         with prog.stage(f"AOTInductor compile ({opts.device}{', max-autotune' if opts.max_autotune else ''})"):
-            configs = aoti.inductor_configs(opts.device, opts.max_autotune, json.dumps(manifest), opts.freezing,
+            configs = aoti.inductor_configs(opts.device, opts.max_autotune, manifest.to_json(), opts.freezing,
                                             opts.inductor_extra)
             compile_s = aoti.compile_package(ep, compiled, configs)
         static_compiled = {}
         for g in static:
-            with prog.stage(f"AOTInductor compile, static batch {g['batch']}"):
-                static_compiled[g["graph"]] = os.path.join(tmp, f"{g['graph']}.pt2")
-                without_weights = {"aot_inductor.package_constants_in_so": False} if g.get("weights") else {}
-                compile_s += aoti.compile_package(static_programs.pop(g["graph"]), static_compiled[g["graph"]],
+            with prog.stage(f"AOTInductor compile, static batch {g.batch}"):
+                static_compiled[g.graph] = os.path.join(tmp, f"{g.graph}.pt2")
+                without_weights = {"aot_inductor.package_constants_in_so": False} if g.weights else {}
+                compile_s += aoti.compile_package(static_programs.pop(g.graph), static_compiled[g.graph],
                                                   {**configs, **without_weights})
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
@@ -194,13 +194,7 @@ def graph_buckets(lo: int, hi: int) -> list[int]:
     return out + [hi]
 
 
-def _static_batches_option(value) -> tuple[int, ...] | str | None:
-    """The CLI's --static-batches (a list of sizes, "buckets[:N]", [] for none, or None when not given) as
-    ExportOptions takes it."""
-    return value if value is None or isinstance(value, str) else tuple(value)
-
-
-def _static_plan(opts, batch: dict | None) -> list[dict]:
+def _static_plan(opts, batch: Batch | None) -> list[StaticGraph]:
     """The static graphs to compile (static_graph_plan): those --static-batches asks for, else the device's
     default where the model has a dynamic batch with a bucket in it (a default asks for nothing it cannot
     have, so it never fails the export)."""
@@ -210,11 +204,11 @@ def _static_plan(opts, batch: dict | None) -> list[dict]:
     if not default or batch is None:
         return []
     cap = int(default.split(":", 1)[1])
-    return static_graph_plan(default, batch) if batch["min"] <= cap else []
+    return static_graph_plan(default, batch) if batch.min <= cap else []
 
 
-def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
-    """[{"batch": size, "graph": AOTI model name}] for `--static-batches`; the manifest's 'static_graphs'.
+def static_graph_plan(sizes, batch: Batch | None) -> list[StaticGraph]:
+    """The manifest's 'static_graphs' (each a batch size and its AOTI model name) for `--static-batches`.
     `sizes`: batch sizes, or "buckets" (every CUDA-graph bucket of the batch range) / "buckets:N" (those up to
     N). Raises ExportError when the package has no batch dim or a size is outside it."""
     if not sizes:
@@ -224,17 +218,17 @@ def static_graph_plan(sizes, batch: dict | None) -> list[dict]:
         raise ExportError(f"--static-batches {shown}: the model has no dynamic batch dim to "
                           f"specialize; give it one (dynamic_shapes() or --dynamic-batch) or drop the flag")
     if isinstance(sizes, str):
-        cap = int(sizes.split(":", 1)[1]) if ":" in sizes else batch["max"]
-        sizes = [b for b in graph_buckets(batch["min"], batch["max"]) if b <= cap]
+        cap = int(sizes.split(":", 1)[1]) if ":" in sizes else batch.max
+        sizes = [b for b in graph_buckets(batch.min, batch.max) if b <= cap]
         if not sizes:
             raise ExportError(f"--static-batches buckets:{cap}: no bucket of the batch range "
-                              f"[{batch['min']}, {batch['max']}] is at most {cap}")
-    outside = [n for n in sizes if not batch["min"] <= n <= batch["max"]]
+                              f"[{batch.min}, {batch.max}] is at most {cap}")
+    outside = [n for n in sizes if not batch.min <= n <= batch.max]
     if outside:
-        raise ExportError(f"--static-batches: {outside} outside the batch range [{batch['min']}, {batch['max']}]")
+        raise ExportError(f"--static-batches: {outside} outside the batch range [{batch.min}, {batch.max}]")
     # AOTInductor's loader takes a graph's files by name prefix (data/aotinductor/<name>...): "batch1" would
     # also take batch16's. The "_static" suffix keeps every name from being a prefix of another.
-    return [{"batch": n, "graph": f"batch{n}_static"} for n in sorted(set(sizes))]
+    return [StaticGraph(n, f"batch{n}_static") for n in sorted(set(sizes))]
 
 
 def _static_program(mf, model, inputs: tuple, rewrites: dict, opts):
@@ -325,28 +319,19 @@ def parse_inductor_configs(items: list[str]) -> dict:
     return out
 
 
-def main(args) -> int:
-    if not getattr(args, "verbose", False):
+def run_export(spec: str, opts: ExportOptions) -> int:
+    """`aotc export`: exports, prints the summary; raises ParityError (the package kept) when a case failed."""
+    if not opts.verbose:
         import logging
 
         import torch
 
         torch._logging.set_logs(all=logging.ERROR)  # dynamo/inductor warnings are for torch developers
-    opts = ExportOptions(out=args.output, device=args.device, dtype=args.dtype,
-                         dynamic_batch=parse_dynamic_batch(args.dynamic_batch),
-                         example_batch=getattr(args, "example_batch", None),
-                         static_batches=_static_batches_option(getattr(args, "static_batches", None)),
-                         max_autotune=args.max_autotune,
-                         freezing={"on": True, "off": False}.get(getattr(args, "freezing", None)),
-                         inductor_extra=parse_inductor_configs(getattr(args, "inductor_config", None) or []),
-                         strict=args.strict, sdpa_backend=getattr(args, "sdpa_backend", None), name=args.name,
-                         allow_python_ops=args.allow_python_ops,
-                         embedding_bag=args.embedding_bag, verbose=getattr(args, "verbose", False))
-    result = export_model_file(args.model, opts)
+    result = export_model_file(spec, opts)
     print(report.format_summary(result))
-    if not all(c["ok"] for c in result["parity"]):
-        bad = [c["label"] for c in result["parity"] if not c["ok"]]
+    bad = [c["label"] for c in result["parity"] if not c["ok"]]
+    if bad:
+        tol = result["manifest"].tolerance
         raise ParityError(f"parity failed for {', '.join(bad)}: the package differs from eager beyond "
-                          f"atol={result['manifest']['tolerance']['atol']:g} "
-                          f"rtol={result['manifest']['tolerance']['rtol']:g} (package kept at {result['path']})")
+                          f"atol={tol.atol:g} rtol={tol.rtol:g} (package kept at {result['path']})")
     return 0

@@ -122,27 +122,26 @@ class Progress:
 
 
 def format_summary(result: dict) -> str:
-    """The human summary printed at the end of `aotc export`."""
+    """The human summary printed at the end of `aotc export` (result: pipeline.export_model_file's)."""
     m = result["manifest"]
     lines = [f"package   {result['path']}  ({result['size_bytes'] / 1e6:.1f} MB)",
-             f"model     {m['name']}  device={m['device']}"
-             + (f" isa={m['cpu_isa'] or 'none'}" if m["device"] == "cpu" else f" arch={m['cuda_arch']}")
-             + f"  dtype={m['compile']['dtype']}  torch={m['torch_version']}"]
-    for kind in ("inputs", "outputs"):
-        for t in m[kind]:
-            ranges = ",".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in t["ranges"])
-            lines.append(f"{kind[:-1]:<9} {t['name']}: {t['dtype']}[{ranges}]")
-    if m["batch"]:
-        lines.append(f"batch     {m['batch']['min']}..{m['batch']['max']}")
-    if m.get("static_graphs"):
-        lines.append("static    " + ", ".join(f"batch {g['batch']} ({g['graph']}"
-                                            f"{', weights of model' if g.get('weights') else ''})"
-                                            for g in m["static_graphs"]))
+             f"model     {m.name}  device={m.device}"
+             + (f" isa={m.cpu_isa or 'none'}" if m.device == "cpu" else f" arch={list(m.cuda_arch or [])}")
+             + f"  dtype={m.dtype}  torch={m.torch_version}"]
+    for kind, tensors in (("input", m.inputs), ("output", m.outputs)):
+        for t in tensors:
+            ranges = ",".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in t.ranges)
+            lines.append(f"{kind:<9} {t.name}: {t.dtype}[{ranges}]")
+    if m.batch:
+        lines.append(f"batch     {m.batch.min}..{m.batch.max}")
+    if m.static_graphs:
+        lines.append("static    " + ", ".join(f"batch {g.batch} ({g.graph}{', weights of model' if g.weights else ''})"
+                                            for g in m.static_graphs))
     g = result["graph"]
     top = ", ".join(f"{k} x{v}" for k, v in list(g["ops"].items())[:6])
     lines.append(f"graph     {g['nodes']} ops ({top})")
-    lines.append(f"fallback  {', '.join(m['fallback_ops']) or 'none'}")
-    for key, rw in (m["rewrites"] or {}).items():
+    lines.append(f"fallback  {', '.join(m.fallback_ops) or 'none'}")
+    for key, rw in m.rewrites.items():
         cands = ", ".join(f"{k} {v:.3g} ms" for k, v in (rw.get("candidates_ms") or {}).items())
         lines.append(f"rewrite   {key}: lowering {rw.get('lowering')}" + (f" (measured: {cands})" if cands else ""))
         if rw.get("candidates_ms_scaled"):
@@ -154,10 +153,10 @@ def format_summary(result: dict) -> str:
                 t = d["tiles"]
                 lines.append(f"          {d['node']}: tile BLOCK_L={t['block_l']} BLOCK_D={t['block_d']} "
                              f"warps={t['num_warps']} ({t['tuning']})")
-    lines.append(f"compile   {result['compile_s']:.1f} s  options {m['compile']}")
-    lines.append(f"parity    atol={m['tolerance']['atol']:g} rtol={m['tolerance']['rtol']:g}")
+    lines.append(f"compile   {result['compile_s']:.1f} s  options {m.compile}")
+    lines.append(f"parity    atol={m.tolerance.atol:g} rtol={m.tolerance.rtol:g}")
     for case in result["parity"]:
-        errs = "  ".join(f"{name}: abs {e['max_abs']:.2e} rel {e['max_rel']:.2e}" for name, e in case["errors"].items())
+        errs = "  ".join(f"{name}: abs {e.max_abs:.2e} rel {e.max_rel:.2e}" for name, e in case["errors"].items())
         status = "ok  " if case["ok"] else "FAIL"
         lines.append(f"  {status} {case['label']:<22} {errs}")
     ok = all(c["ok"] for c in result["parity"])

@@ -15,6 +15,7 @@ import json
 from typing import Mapping, Sequence
 
 from aotc.errors import AotcError, InputError, PackageError
+from aotc.manifest import Manifest
 
 
 class RunError(AotcError):
@@ -62,10 +63,11 @@ class Session:
             raise InputError(f"num_runners is {num_runners}, expected at least 1")
         rt = _module()
         self._impl = _call(rt.Session, str(path), num_runners, device_index, verify_hashes)
-        self.manifest: dict = json.loads(self._impl.manifest_json)
         self.path = str(path)
-        self.input_names = [t["name"] for t in self.manifest["inputs"]]
-        self.output_names = [t["name"] for t in self.manifest["outputs"]]
+        # as the C++ runtime read it (aotc.manifest.read reads the same document with zipfile)
+        self.manifest = Manifest.from_dict(json.loads(self._impl.manifest_json), self.path)
+        self.input_names = self.manifest.input_names
+        self.output_names = self.manifest.output_names
 
     def _ordered(self, inputs) -> list:
         if isinstance(inputs, Mapping):
@@ -96,12 +98,6 @@ class Session:
     def samples(self) -> list[tuple[list, list]]:
         """The package's stored samples: [(inputs, eager_outputs), ...] as numpy arrays."""
         return [(list(i), list(o)) for i, o in _call(self._impl.load_samples)]
-
-
-def read_manifest(path: str) -> dict:
-    """The manifest as the C++ runtime reads it (no code loaded). Raises PackageError."""
-    rt = _module()
-    return json.loads(_call(rt.read_manifest_json, str(path)))
 
 
 def libtorch_version() -> str:

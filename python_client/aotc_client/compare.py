@@ -1,7 +1,10 @@
-"""Dtype-aware comparison of outputs against a reference: the one definition of parity in aotc.
+"""The one definition of parity in aotc: how far outputs are from a reference, and the default tolerances.
 
-Parity means abs(a - b) <= atol + rtol * abs(b) elementwise (b is the reference), with NaN matching NaN
-and infinities matching exactly. Integer and bool outputs must be equal. Pure functions, no state.
+Parity means, elementwise, that a value equals its reference (NaN matches NaN, an infinity matches the same
+infinity) or that both are finite and abs(a - b) <= atol + rtol * abs(b), b being the reference. Shapes
+and dtypes must agree; bool and integer outputs must be equal. max_rel is reported only over elements
+whose reference is significant (abs(b) > atol). The C++ runtime's aotc::compare (aotc-run's self-check)
+follows the same rule, and tests/test_compare_rule.py holds the two to each other. Pure functions, no state.
 """
 
 from dataclasses import dataclass
@@ -10,7 +13,8 @@ import numpy as np
 
 from .errors import ParityError
 
-# Defaults by dtype when neither the manifest nor the model file gives a tolerance.
+# (atol, rtol) by dtype when neither the manifest nor the model file gives a tolerance; the exporter's
+# defaults for --dtype fp32/fp16/bf16 are these too. Bool and integer dtypes compare exactly.
 DEFAULT_TOLERANCE = {
     "float64": (1e-7, 1e-7),
     "float32": (1e-4, 1e-4),
@@ -35,7 +39,7 @@ class Comparison:
     total: int
     atol: float
     rtol: float
-    problem: str = ""    # set when shapes or kinds disagree
+    problem: str = ""    # set when shapes or dtypes disagree
 
     @property
     def ok(self) -> bool:
@@ -50,28 +54,36 @@ class Comparison:
 
 def compare_array(name: str, actual: np.ndarray, expected: np.ndarray,
                   atol: float | None = None, rtol: float | None = None) -> Comparison:
+    """`actual` against the reference `expected` under the rule in the module docstring. atol/rtol None:
+    default_tolerance of the reference's dtype. bfloat16 has no numpy dtype: widen both sides to float32."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     d_atol, d_rtol = default_tolerance(expected.dtype)
-    atol = d_atol if atol is None else atol
-    rtol = d_rtol if rtol is None else rtol
+    atol = d_atol if atol is None else float(atol)
+    rtol = d_rtol if rtol is None else float(rtol)
+    problem = ""
     if actual.shape != expected.shape:
+        problem = f"shape {list(actual.shape)}, expected {list(expected.shape)}"
+    elif actual.dtype != expected.dtype:
+        problem = f"dtype {actual.dtype}, expected {expected.dtype}"
+    if problem:
         return Comparison(name, actual.shape, float("inf"), float("inf"), expected.size, expected.size, atol, rtol,
-                          problem=f"shape {list(actual.shape)}, expected {list(expected.shape)}")
+                          problem=problem)
+    if expected.dtype.kind in "biu":
+        atol = rtol = 0.0
     if expected.size == 0:
         return Comparison(name, actual.shape, 0.0, 0.0, 0, 0, atol, rtol)
-    exact = expected.dtype.kind in "biu" and actual.dtype.kind in "biu"
     a = actual.astype(np.float64)
     b = expected.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(a - b)
-        same_special = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
-        diff = np.where(same_special, 0.0, diff)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        diff = np.where(same, 0.0, np.abs(a - b))
         diff = np.where(np.isnan(diff), np.inf, diff)
-        rel = diff / np.maximum(np.abs(b), np.finfo(np.float64).tiny)
-        rel = np.where(diff == 0, 0.0, rel)
-        bad = diff > (0.0 if exact else atol + rtol * np.abs(np.nan_to_num(b)))
-    return Comparison(name, actual.shape, float(diff.max()), float(rel.max()), int(bad.sum()), expected.size,
-                      0.0 if exact else atol, 0.0 if exact else rtol)
+        within = same | (np.isfinite(a) & np.isfinite(b) & (diff <= atol + rtol * np.abs(b)))
+        significant = ~same & (np.abs(b) > atol)
+        rel = diff[significant] / np.abs(b[significant])
+        rel = np.where(np.isnan(rel), np.inf, rel)
+    return Comparison(name, actual.shape, float(diff.max()), float(rel.max()) if rel.size else 0.0,
+                      int((~within).sum()), expected.size, atol, rtol)
 
 
 def compare_outputs(actual: dict, expected: dict, atol: float | None = None,
@@ -96,4 +108,3 @@ def assert_close(actual: dict, expected: dict, atol: float | None = None, rtol: 
     if bad:
         raise ParityError(f"{what} differ from the reference: " + "; ".join(r.line() for r in bad))
     return results
-

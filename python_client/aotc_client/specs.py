@@ -15,6 +15,22 @@ from . import dtypes
 from .errors import AotcError
 
 DEFAULT_DYNAMIC_RANGE = (1, 64)
+FRESH_DIM_CAP = 4096  # parity checks take a dynamic dim no larger than this (its max when unbounded)
+_ODD_OFFSET = 36      # lo + 36 (or 37): an odd size, neither a bound nor a power of two for the usual ranges
+
+
+def size_plan(lo: int, hi: int) -> list[tuple[str, int]]:
+    """The sizes every parity check tests a dynamic dim of range [lo, hi] at: ("min", lo), ("max", hi capped
+    at FRESH_DIM_CAP) and, when one fits strictly between, ("odd", lo + 36 or lo + 37, else the odd size
+    near the middle). The exporter, `aotc check` and `aotc check --url` all size their cases with this."""
+    hi = min(hi, max(FRESH_DIM_CAP, lo))
+    plan = [("min", lo), ("max", hi)]
+    odd = lo + _ODD_OFFSET + (lo + 1) % 2
+    if odd >= hi:
+        odd = (lo + hi) // 2 | 1
+    if lo < odd < hi:
+        plan.append(("odd", odd))
+    return plan
 
 
 @dataclass(frozen=True)
@@ -60,11 +76,12 @@ def specs_from_metadata(metadata: dict, which: str = "inputs") -> list[TensorSpe
     return specs
 
 
-def specs_from_manifest(manifest: dict, which: str = "inputs") -> list[TensorSpec]:
-    """An aotc manifest (docs/manifest.md) -> specs."""
-    return [TensorSpec(name=t["name"], datatype=dtypes.datatype_from_name(t["dtype"]),
-                       shape=tuple(t["shape"]), ranges=tuple(tuple(r) for r in t.get("ranges") or []) or None)
-            for t in manifest[which]]
+def specs_from_manifest(tensors) -> list[TensorSpec]:
+    """The inputs (or outputs) of an aotc manifest (docs/manifest.md: entries with name, dtype, shape and
+    ranges, such as aotc.manifest.TensorEntry) -> specs."""
+    return [TensorSpec(name=t.name, datatype=dtypes.datatype_from_name(t.dtype), shape=tuple(t.shape),
+                       ranges=tuple(tuple(r) for r in t.ranges) or None)
+            for t in tensors]
 
 
 def pick_sizes(specs: list[TensorSpec], choose) -> dict[str, int]:
@@ -85,13 +102,13 @@ def pick_sizes(specs: list[TensorSpec], choose) -> dict[str, int]:
 
 
 def range_sizes(specs: list[TensorSpec]) -> list[dict[str, int]]:
-    """Sizes that cover the dynamic range: every symbol at its min, at its max, and at an odd size between."""
+    """Sizes that cover the dynamic range (size_plan): every symbol at its min, at an odd size (its min when
+    none fits) and at its max."""
     if not any(s.symbol(i) for s in specs for i in range(len(s.shape))):
         return [{}]
-    odd = lambda lo, hi: min(hi, max(lo, (lo + hi) // 2 | 1))  # noqa: E731
     out = []
-    for choose in (lambda lo, hi: lo, odd, lambda lo, hi: hi):
-        sizes = pick_sizes(specs, choose)
+    for label in ("min", "odd", "max"):
+        sizes = pick_sizes(specs, lambda lo, hi: dict(size_plan(lo, hi)).get(label, lo))
         if sizes not in out:
             out.append(sizes)
     return out
