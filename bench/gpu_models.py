@@ -235,8 +235,8 @@ def main() -> int:
         input_name = {n: m["inputs"][0]["name"] for n, m in manifests.items()}
         cfg = {"max_batch_size": 64, "max_queue_delay_us": 200, "num_runners": 2}
         # Each model on a server of its own for what the server adds: with three copies of BERT loaded in one
-        # process, the same graph ran about 10% slower on the device (docs/benchmarks.md, fifth set), which a
-        # shared server would charge to HTTP.
+        # process, the same graph ran about 10% slower on the device (measured on the H200), which a shared
+        # server would charge to HTTP.
         # With --busy-poll-us, a second server of the model, started with that flag, runs beside the first: the
         # concurrency-1 cells take turns between the two for --server-rounds rounds (each cell: the median of its
         # rounds' p50s), so that both see the same machine.

@@ -2,15 +2,15 @@
 runner (torch._inductor.aoti_load_package) and the aotc C++ runtime (in-process through aotc._runtime, and
 `aotc-run --bench`), side by side.
 
-    .venv/bin/python bench/runtime.py [--models mlp,simple,bert] [--batches 1,64] [--write-docs]
+    .venv/bin/python bench/runtime.py [--models mlp,simple,bert] [--batches 1,64] [--out FILE]
 
 Packages are taken from .cache/pkgs/<model>.pt2 (exported with `aotc export models/<model>.py` when
 missing). Inputs for a batch come from the model file's make_inputs(batch), else its example inputs tiled
 or cut along dim 0. Every backend runs the same inputs, one caller, the same intra-op threads (default 1: on a shared
 machine a second thread mostly measures the scheduler);
 each timing is one call, after warm-up; backends take turns (--rounds) so that
-background load falls on all alike. Prints a markdown table; --write-docs puts it into the section
-"Runtime, CPU" of docs/benchmarks.md. A measurement, not a test: it asserts nothing about speed.
+background load falls on all alike. Prints a markdown table with its command, date and machine (and writes
+it to --out), as docs/performance.md shows it. A measurement, not a test: it asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "benchmarks.md"
-SECTION = "## Runtime, CPU"
 BACKENDS = ("eager", "torch.compile", "AOTI Python runner", "aotc C++ runtime, in-process", "aotc C++ runtime")
 BUDGET_S = 0.5  # per backend and round; calls = clamp(BUDGET_S / eager latency, MIN_CALLS, max_calls)
 MIN_CALLS = 10
@@ -142,25 +140,13 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    start = doc.find(SECTION)
-    if start < 0:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    else:
-        nxt = doc.find("\n## ", start + len(SECTION))
-        doc = doc[:start] + text + ("\n" + doc[nxt + 1:] if nxt >= 0 else "\n")
-    DOC.parent.mkdir(exist_ok=True)
-    DOC.write_text(doc)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="mlp,simple,bert")
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--max-calls", type=int, default=200, help="timed calls per backend and round")
     ap.add_argument("--rounds", type=int, default=6, help="times each backend is measured, in turns")
-    ap.add_argument("--write-docs", action="store_true", help=f"write the table into {DOC.relative_to(REPO)}")
+    ap.add_argument("--out", type=Path, help="also write the table here")
     ap.add_argument("--intra-op-threads", type=int, default=1,
                     help="threads one call may use, in every backend (OMP_NUM_THREADS / torch.set_num_threads)")
     args = ap.parse_args()
@@ -177,7 +163,7 @@ def main() -> int:
             print(f"{name} batch {batch}: " + ", ".join(f"{b} {rows[-1][b][0]:.0f} us" for b in BACKENDS),
                   file=sys.stderr)
     cmd = "python bench/runtime.py " + " ".join(sys.argv[1:])
-    text = (f"{SECTION}\n\nPer-call latency in microseconds, median / p90, one caller, CPU "
+    text = ("Per-call latency in microseconds, median / p90, one caller, CPU "
             f"(torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} intra-op threads, "
             f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f} from other processes), "
             f"{time.strftime('%Y-%m-%d', time.gmtime())}. Command: `{cmd.strip()}`.\n"
@@ -186,8 +172,8 @@ def main() -> int:
             "(validation included, no Python, its own process), and in-process through `aotc._runtime` "
             "(numpy in and out), taking turns with the other in-process backends.\n\n" + table(rows) + "\n")
     print(text)
-    if args.write_docs:
-        write_docs(text)
+    if args.out:
+        args.out.write_text(text)
     return 0
 
 

@@ -1,8 +1,9 @@
 """Servers, CPU: aotc-server vs FastAPI+eager vs FastAPI+AOTI (vs KServe's Python model server when given)
 on the MLP with batch-1 requests at concurrency 1, 8, 32 in one run, plus each server's process-start-to-
-ready time. Prints a markdown table; --write-docs puts it in docs/benchmarks.md under "Servers, CPU".
+ready time. Prints a markdown table with its command, date and machine (and writes it to --out), as
+docs/performance.md shows it.
 
-    .venv/bin/python bench/servers.py [--package .cache/pkgs/mlp.pt2] [--duration 10] [--write-docs]
+    .venv/bin/python bench/servers.py [--package .cache/pkgs/mlp.pt2] [--duration 10] [--out FILE]
 
 Servers run one at a time during start-up timing and side by side (idle) during the load, which is sent
 to one server at a time by aotc_client.bench. Not a unit test: nothing here is asserted.
@@ -137,23 +138,6 @@ def ratios(names: dict, ready: dict, levels: list, base: str, other: str) -> lis
     return out
 
 
-BEGIN, END = "<!-- bench/servers.py results: begin -->", "<!-- bench/servers.py results: end -->"
-
-
-def write_docs(text: str) -> None:
-    """Replaces the generated part of docs/benchmarks.md's "Servers, CPU" section (between the markers);
-    the prose around it stays. Creates the section when it is missing."""
-    path = os.path.join(ROOT, "docs", "benchmarks.md")
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + f"\n\n## Servers, CPU\n\n{block}\n"
-    with open(path, "w") as f:
-        f.write(new)
-
-
 def measure(cmds: dict, env: dict, concurrency: list[int], duration: float) -> tuple[dict, dict, list]:
     """Starts every server (one at a time, so each start-up has the machine to itself), loads them, stops them."""
     procs, names, ready = [], {}, {}
@@ -184,7 +168,7 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--omp-threads", default="unset", help="comma-separated OMP_NUM_THREADS settings to run, "
                    "each for every server, e.g. unset,1 (default: unset)")
-    p.add_argument("--write-docs", action="store_true")
+    p.add_argument("--out", help="also write the table here")
     args = p.parse_args()
     if not os.path.exists(args.package):
         sys.exit(f"{args.package} not found; export it first: .venv/bin/aotc export models/mlp.py -o {args.package}")
@@ -212,16 +196,15 @@ def main() -> int:
         shutil.rmtree(repo, ignore_errors=True)
     cpu = platform.processor() or platform.machine()
     load = os.getloadavg()[1]  # a shared machine's other work shows up here, and in every number above
-    lines += [f"{os.cpu_count()} cores ({cpu}), {args.duration:g} s per level after 0.5 s warm-up, batch-1 binary "
-              f"requests, load from one aotc_client.bench process on the same machine; 5-minute load average at "
-              f"the end: {load:.1f}.",
-              f"Command: `.venv/bin/python bench/servers.py --duration {args.duration:g} --omp-threads "
-              f"{args.omp_threads}{' --kserve-python ' + args.kserve_python if args.kserve_python else ''} "
-              f"--write-docs`"]
+    lines += [f"{time.strftime('%Y-%m-%d', time.gmtime())}, {platform.node()}: {os.cpu_count()} cores ({cpu}), "
+              f"{args.duration:g} s per level after 0.5 s warm-up, batch-1 binary requests, load from one "
+              f"aotc_client.bench process on the same machine; 5-minute load average at the end: {load:.1f}.",
+              f"Command: `{' '.join(['.venv/bin/python bench/servers.py', *sys.argv[1:]])}`"]
     text = "\n".join(lines)
     print("\n" + text)
-    if args.write_docs:
-        write_docs(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
     return 0
 
 
