@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from aotc.rewrite import embedding_bag as eb
+from aotc.rewrite import eb_nodes as eb
 
 COMPILED = ("decompose", "jagged", "aten_sum")  # timed as Inductor compiles them: their small ops fuse
 _BUDGET_S = 0.5  # timing budget for all candidates together, after warm-up
