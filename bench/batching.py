@@ -7,7 +7,7 @@ then, per batched package, the batches the scheduler formed (from the server's b
 batch size and the mean model call at that size), which is where a ratio comes from.
   python bench/batching.py --package default=PKG --package buckets=PKG2 [--concurrency 32] [--seconds 4]
       [--rounds 2] [--out FILE]
-aotc-server and aotc-load: on PATH, in .venv/bin or built in build/*/ (gpu_http.find_binary). Not a test;
+aotc-server and aotc-load: as bench/launch.py's find_binary looks for them. Not a test;
 asserts nothing. Single-input packages.
 """
 
@@ -19,11 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "export"))
-sys.path.insert(0, str(ROOT / "python_client"))
-from gpu_http import Server, http_load, model_stats  # noqa: E402
-from server_phases import first_sample  # noqa: E402
+from launch import Server, make_repository
+from loadgen import http_load, model_stats
+from server_phases import first_sample
 
 BATCHED = {"max_batch_size": 64, "max_queue_delay_us": 200, "num_runners": 2}
 UNBATCHED = {"max_batch_size": 0, "num_runners": 2}
@@ -54,11 +52,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         samples = {label: first_sample(pkg) for label, pkg in pkgs.items()}
-        models = {}
+        models, configs = {}, {}
         for label, pkg in pkgs.items():
-            models[f"{label}_batched"] = (pkg, BATCHED)
-            models[f"{label}_unbatched"] = (pkg, UNBATCHED)
-        srv = Server(models, tmp)
+            for suffix, cfg in (("batched", BATCHED), ("unbatched", UNBATCHED)):
+                models[f"{label}_{suffix}"], configs[f"{label}_{suffix}"] = pkg, cfg
+        srv = Server("cpp", make_repository(tmp / "repo", models, configs, link=True))
         runs = {m: [] for m in models}
         try:
             before = {}
@@ -72,7 +70,7 @@ def main() -> int:
                     runs[model].append(http_load(srv.port, model, x[:1], name, args.concurrency, args.seconds))
             after = {m: batches(model_stats(srv.port, m)) for m in models}
         finally:
-            srv.close()
+            srv.stop()
     def each(rs):
         return ", ".join(f"{r['req_per_s']:.0f}" for r in rs)
 

@@ -22,11 +22,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "export"))
-
-from aotc import export as exp  # noqa: E402
-from aotc.load_model import load_model_file  # noqa: E402
-from aotc.loader import ensure_libstdcxx_global  # noqa: E402
+from aotc import export as exp
+from aotc.load_model import load_model_file
+from aotc.loader import ensure_libstdcxx_global
 
 CANDIDATES = {
     "aoti default": {},

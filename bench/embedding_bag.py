@@ -192,8 +192,9 @@ def round_robin_ms(fns: dict, device: str, rounds: int = 25, calls: int = 10) ->
 def model_bench(device: str, spec: str, batch: int, tmp: str, with_decomposed: bool = True) -> list[dict]:
     """The recommendation model end to end: eager, plain AOTI (no rewrite; and with freezing on CUDA), the
     aotc package; optionally the hand-decomposed model eagerly and as an aotc package. Timed round-robin."""
-    sys.path.insert(0, str(REPO / "models"))
-    import embedding_bag as rec
+    from aotc.load_model import import_file
+
+    rec = import_file(str(REPO / "models" / "embedding_bag.py"))
 
     name = spec.partition(":")[2] or "model"
     model = getattr(rec, name)().to(device).eval()
@@ -213,8 +214,7 @@ def model_bench(device: str, spec: str, batch: int, tmp: str, with_decomposed: b
     if runner:
         fns["aotc package (aotc export)"] = lambda: runner(*inputs)
     if with_decomposed:  # the same model, pooling written by hand from basic ops (padded ids + mask)
-        import embedding_bag_decomposed as dec
-
+        dec = import_file(str(REPO / "models" / "embedding_bag_decomposed.py"))
         padded = tuple(x.to(device) for x in dec.from_jagged(tuple(x.cpu() for x in inputs)))
         dmodel = getattr(dec, name)().to(device).eval()
         fns["eager, hand-decomposed (padded+mask)"] = lambda: dmodel(*padded)

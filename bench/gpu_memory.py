@@ -14,12 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 # Runs in the child: one Session, then the device memory it holds, as one JSON line.
 _CHILD = """
 import json, sys, torch
-sys.path.insert(0, sys.argv[2])
 from aotc.runtime import Session
 torch.cuda.init()
 free0, _ = torch.cuda.mem_get_info()
@@ -32,8 +29,8 @@ print(json.dumps({"device_mb": (free0 - free1) / 2**20, "graphs": 1 + len(s.mani
 
 
 def measure(path: Path) -> dict:
-    r = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(ROOT / "export")],
-                       capture_output=True, text=True, timeout=300)
+    # the child imports aotc as this process does (installed, or on PYTHONPATH as bench/gpu.sh sets it)
+    r = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1][:200]}
     return json.loads(r.stdout.strip().splitlines()[-1])

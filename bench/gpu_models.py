@@ -12,7 +12,7 @@ cannot run (no package, no aotc-server, no time left) is skipped with the reason
 In-process numbers are medians of CUDA-event times, one synchronized call at a time, inputs already on the
 GPU ("device") or copied in from pinned host memory and out again ("host"), and the latter again by wall
 clock ("wall", like aotc-run); aotc-run numbers are wall-clock
-medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are wall-clock medians. HTTP load comes from aotc-load (bench/gpu_http.py), keep-alive connections. Each
+medians, host to host or (`--device-inputs`) device-resident; HTTP numbers are wall-clock medians. HTTP load comes from aotc-load (bench/loadgen.py), keep-alive connections. Each
 concurrency-1 cell comes with the floor of its answer, measured in the same round: aotc-load's own loopback
 responder sending the same number of bytes, with no server work (--loopback-bytes).
 """
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gpu_http import Server, aotc_run_p50_us, http_load, loopback_load, server_stats, shm_region, stats_per_request
+from launch import Server, make_repository
+from loadgen import aotc_run_p50_us, http_load, loopback_load, server_stats, shm_region, stats_per_request
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("mlp", 64), ("bert_base", 1), ("bert_base", 8)]
@@ -136,7 +137,6 @@ def main() -> int:
 
     import torch
 
-    sys.path.insert(0, str(ROOT / "export"))
     from aotc.loader import ensure_libstdcxx_global, read_manifest
 
     ensure_libstdcxx_global()  # before any AOTI .so is loaded in this process (../shared/GPU.md)
@@ -246,9 +246,10 @@ def main() -> int:
             with contextlib.ExitStack() as stack:
                 servers = {}
                 for suffix, flags in variants:
-                    servers[suffix] = Server({n: (args.packages / f"{n}.pt2", model_cfg)},
-                                             tmp / f"server_{n}{suffix.strip()}", ("--allow-shared-memory", *flags))
-                    stack.callback(servers[suffix].close)
+                    repo = make_repository(tmp / f"server_{n}{suffix.strip()}", {n: args.packages / f"{n}.pt2"},
+                                           {n: model_cfg}, link=True)
+                    servers[suffix] = Server("cpp", repo, "--allow-shared-memory", *flags)
+                    stack.callback(servers[suffix].stop)
                 for b in (b for m, b in CASES if m == n):
                     x = make_input(n, b, torch)
                     cells = {"http c1": {}}
@@ -287,11 +288,12 @@ def main() -> int:
                     res[(n, b)]["http c32"] = http_load(servers[""].port, n, x, input_name[n], 32, args.http_seconds)
         # Batching against unbatched serving: one server holding both, measured one after the other, so each
         # sees the same process
-        srv = Server({"bert_base": (bert, cfg),
-                      # everything queued goes at once, padded up to its CUDA-graph bucket, instead of being
-                      # cut to the largest bucket it fills (docs/server.md, CUDA graphs)
-                      "bert_base_padded": (bert, {**cfg, "preferred_batch_sizes": [64]}),
-                      "bert_base_unbatched": (bert, {"max_batch_size": 0, "num_runners": 2})}, tmp / "server_batching")
+        configs = {"bert_base": cfg,
+                   # everything queued goes at once, padded up to its CUDA-graph bucket, instead of being
+                   # cut to the largest bucket it fills (docs/server.md, CUDA graphs)
+                   "bert_base_padded": {**cfg, "preferred_batch_sizes": [64]},
+                   "bert_base_unbatched": {"max_batch_size": 0, "num_runners": 2}}
+        srv = Server("cpp", make_repository(tmp / "server_batching", {m: bert for m in configs}, configs, link=True))
         try:
             x1 = make_input("bert_base", 1, torch)
             for key, model in (("http c32 batching", "bert_base"), ("http c32 unbatched", "bert_base_unbatched"),
@@ -299,7 +301,7 @@ def main() -> int:
                 res[("bert_base", 1)][key] = http_load(srv.port, model, x1, input_name["bert_base"], 32,
                                                        args.http_seconds)
         finally:
-            srv.close()
+            srv.stop()
 
     n_servers = 2 if args.busy_poll_us else 1
     # loads of (1 s warm-up + --http-seconds): per server one warm-up and the rounds of each batch size's cells

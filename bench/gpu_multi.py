@@ -5,7 +5,7 @@ answers carrying every output and with pooler_output alone.
   python bench/gpu_multi.py --packages DIR [--instances 2] [--seconds 15] [--out gpu_multi.md]
 DIR holds bert_base.pt2 from `aotc export models/bert.py:bert_base --device cuda --dtype fp16` (bench/gpu.sh
 exports it); aotc-server must be on PATH. Not a test: it asserts nothing, and when fewer than two GPUs are
-visible it prints why and exits 0. Load: bench/gpu_http.py (aotc-load, 64 keep-alive connections).
+visible it prints why and exits 0. Load: bench/loadgen.py (aotc-load, 64 keep-alive connections).
 Both models live in one server, so both placements are measured under the same process and flags.
 """
 
@@ -16,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpu_http import Server, http_load, model_stats
+from launch import Server, make_repository
+from loadgen import http_load, model_stats
 
 
 def per_device_executions(port: int, model: str) -> dict[str, int]:
@@ -66,7 +67,8 @@ def main() -> int:
     answers = {"all outputs": None, "pooler_output only": ["pooler_output"]}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        srv = Server({name: (pkg, cfg) for name, (_, cfg) in placements.items()}, Path(tmp))
+        srv = Server("cpp", make_repository(Path(tmp) / "repo", {name: pkg for name in placements},
+                                            {name: cfg for name, (_, cfg) in placements.items()}, link=True))
         try:
             for what, outputs in answers.items():
                 for name in placements:
@@ -76,7 +78,7 @@ def main() -> int:
                     r["executions"] = {d: n - before.get(d, 0) for d, n in after.items()}
                     results[(what, name)] = r
         finally:
-            srv.close()
+            srv.stop()
 
     lines = [f"BERT-base fp16, seq 128, batch-1 requests, concurrency {args.concurrency}, {k} instance(s) per GPU, "
              f"max_batch_size {args.max_batch_size}, max_queue_delay_us 200, {args.seconds:g} s each; "

@@ -1,12 +1,13 @@
-"""HTTP load for bench/gpu_models.py and bench/gpu_multi.py: aotc-server on a repository of packages, and
-closed-loop load with binary tensors (Open Inference Protocol) from `aotc-load` (runtime_cpp/tools/aotc_load.cpp).
+"""The measuring drivers of the benchmarks (and of tests/test_aotc_load.py): closed-loop HTTP load with
+binary tensors (Open Inference Protocol) from `aotc-load`, the in-process time of `aotc-run --bench`, and the
+server's own statistics (Triton's statistics extension) around them. Servers come from bench/launch.py.
 
 `http_load` replays one prebuilt request body on `concurrency` keep-alive connections, each waiting for its
 answer before sending again, for `seconds` after a 1 s warm-up that is not counted, and returns aotc-load's
 latency percentiles and throughput. aotc-load is a thread per connection that reads each answer with a few
-big recv calls, so its own cost stays small next to the server's even for answers of megabytes (wrk, used
-before, read 8 KiB per call). A non-2xx answer counts as an error. Not a test; asserts nothing. `Server`
-starts aotc-server on a free port and stops it on close(); not thread-safe.
+big recv calls, so its own cost stays small next to the server's even for answers of megabytes. A non-2xx
+answer counts as an error. Not a test; asserts nothing. Each call runs its own process: calls from several
+threads do not share state, but they do share the machine.
 """
 
 from __future__ import annotations
@@ -14,34 +15,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import re
-import shutil
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def find_binary(name: str, env: str) -> str:
-    """$env, else `name` on PATH or next to this Python, else a local CMake build (build/*/runtime_cpp/,
-    build/*/runtime_cpp/server/)."""
-    if os.environ.get(env):
-        return os.environ[env]
-    found = shutil.which(name)
-    if found:
-        return found
-    candidates = [Path(sys.executable).parent / name, REPO / ".venv" / "bin" / name]
-    candidates += sorted(REPO.glob(f"build/*/runtime_cpp/{name}")) + sorted(REPO.glob(f"build/*/runtime_cpp/server/{name}"))
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    raise RuntimeError(f"{name} not found (PATH, .venv/bin, build/*/runtime_cpp); build it with `make build` "
-                       f"or set {env}")
+from launch import find_binary
 
 
 def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: list[str] = ()) -> float:
@@ -51,8 +30,8 @@ def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: lis
 
     npy = tmp / f"in_{pkg.stem}_{x.shape[0]}.npy"
     np.save(npy, x)
-    argv = [find_binary("aotc-run", "AOTC_RUN"), str(pkg), str(npy), "--bench", str(calls), "--warmup", str(warmup),
-            *flags]
+    argv = [str(find_binary("aotc-run", "AOTC_RUN")), str(pkg), str(npy), "--bench", str(calls),
+            "--warmup", str(warmup), *flags]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     m = re.search(r"p50_us=([0-9.]+)", r.stdout)
     if r.returncode != 0 or not m:
@@ -146,7 +125,7 @@ def get_load(port, path: str, seconds: float) -> dict:
 
 
 def _aotc_load(url: str | None, concurrency: int, seconds: float, flags: list[str]) -> dict:
-    exe = find_binary("aotc-load", "AOTC_LOAD_BIN")
+    exe = str(find_binary("aotc-load", "AOTC_LOAD_BIN"))
     argv = [exe, *(["--url", url] if url else []), "--connections", str(concurrency), "--duration", f"{seconds:g}",
             "--warmup", "1", "--timeout", "30", *flags]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
@@ -159,47 +138,6 @@ def _aotc_load(url: str | None, concurrency: int, seconds: float, flags: list[st
     return {"p50_ms": s["p50_us"] / 1e3, "p90_ms": s["p90_us"] / 1e3, "p99_ms": s["p99_us"] / 1e3,
             "mean_ms": s["mean_us"] / 1e3, "req_per_s": s["req_per_s"], "requests": s["requests"],
             "errors": s["errors"], "error_counts": counts, "answer_bytes": s["answer_bytes"]}
-
-
-class Server:
-    """aotc-server on a repository of symlinked packages; stopped on exit."""
-
-    def __init__(self, models: dict[str, tuple[Path, dict]], tmp: Path, flags: tuple[str, ...] = ()):
-        exe = find_binary("aotc-server", "AOTC_SERVER_BIN")
-        repo = tmp / "repo"
-        for name, (pkg, config) in models.items():
-            (repo / name / "1").mkdir(parents=True, exist_ok=True)
-            os.symlink(pkg, repo / name / "1" / "model.pt2")
-            (repo / name / "config.json").write_text(json.dumps(config))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.log = open(tmp / "server.log", "w")
-        self.proc = subprocess.Popen([exe, "--model-repository", str(repo), "--http-port", str(self.port), *flags],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"aotc-server exited with {self.proc.returncode}: "
-                                   f"{(tmp / 'server.log').read_text()[-400:]}")
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                c.request("GET", "/v2/health/ready")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.25)
-        self.close()
-        raise RuntimeError("aotc-server was not ready within 60 s")
-
-    def close(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 def model_stats(port: int, model: str) -> dict:

@@ -5,7 +5,7 @@ is the median of its rounds' p50s. What aotc-server adds over an in-process call
 through a socket) for an answer of N bytes cannot be below the row for N, short of the responder's own few
 microseconds. Prints a markdown table and writes it to --out.
   python bench/loopback.py [--sizes 0 65536 ...] [--socket-buffers 0 4194304] [--seconds 2] [--rounds 3]
-aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
+aotc-load: as bench/launch.py's find_binary looks for it. Not a test; asserts nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import platform
 import statistics
 from pathlib import Path
 
-from gpu_http import loopback_load
+from loadgen import loopback_load
 
 # 0: the request alone; BERT-base fp16 seq 128 answers 196 KiB a row: batch 1 and 8 (with the pooler output)
 DEFAULT_SIZES = [0, 65536, 198656, 1581056, 4194304]

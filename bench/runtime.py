@@ -25,17 +25,18 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from launch import REPO, LaunchError, find_binary
+
 BACKENDS = ("eager", "torch.compile", "AOTI Python runner", "aotc C++ runtime, in-process", "aotc C++ runtime")
 BUDGET_S = 0.5  # per backend and round; calls = clamp(BUDGET_S / eager latency, MIN_CALLS, max_calls)
 MIN_CALLS = 10
 
 
 def _aotc_run() -> Path:
-    for p in (Path(sys.executable).parent / "aotc-run", REPO / "build" / "py" / "runtime_cpp" / "aotc-run"):
-        if p.is_file():
-            return p
-    sys.exit("bench/runtime.py: aotc-run is not built; run `make build`")
+    try:
+        return find_binary("aotc-run", "AOTC_RUN")
+    except LaunchError as e:
+        sys.exit(f"bench/runtime.py: {e}")
 
 
 def _package(name: str) -> Path:

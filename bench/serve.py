@@ -27,9 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from servers import Server, make_repository  # noqa: E402
+from launch import REPO, Server, make_repository
 
 
 def package(model: str) -> Path:

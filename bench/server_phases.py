@@ -11,7 +11,7 @@ any request (GET /v2/health/ready) comes last. Single-input packages; the input 
       [--configs default,unbatched] [--server-log FILE]
 --configs loads only the named configs (each config is one copy of the model in the server); --server-log keeps
 the server's output (with AOTC_CUDA_TIMING=N in the environment, the per-phase means of its CUDA calls).
-aotc-run, aotc-server and aotc-load: on PATH, in .venv/bin or built in build/py (gpu_http.find_binary). Not a test; asserts nothing.
+aotc-run, aotc-server and aotc-load: as bench/launch.py's find_binary looks for them. Not a test; asserts nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "export"))
-sys.path.insert(0, str(ROOT / "python_client"))
-from gpu_http import Server, aotc_run_p50_us, get_load, http_load, server_stats, stats_per_request  # noqa: E402
+from launch import Server, make_repository
+from loadgen import aotc_run_p50_us, get_load, http_load, server_stats, stats_per_request
 
 CONFIGS = {"batching, handed to a runner": {"max_batch_size": 64, "max_queue_delay_us": 200,
                                             "run_inline_when_idle": False},
@@ -79,8 +77,9 @@ def main() -> int:
             "|---|---|---|---|---|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        models = {f"m{i}": (pkg, cfg) for i, cfg in enumerate(configs.values())}
-        srv = Server(models, tmp, flags)
+        models = [f"m{i}" for i in range(len(configs))]
+        repo = make_repository(tmp / "repo", {m: pkg for m in models}, dict(zip(models, configs.values())), link=True)
+        srv = Server("cpp", repo, *flags, log_path=args.server_log)
         try:
             floor = statistics.median(get_load(srv.port, "/v2/health/ready", args.seconds)["p50_ms"]
                                       for _ in range(args.rounds)) * 1e3
@@ -112,9 +111,7 @@ def main() -> int:
                                 f"{st['success']:.0f} | {st['queue']:.0f} | {st['compute_infer']:.0f} | "
                                 f"{mean - st['success']:.0f} |")
         finally:
-            srv.close()
-            if args.server_log:
-                args.server_log.write_bytes((tmp / "server.log").read_bytes())
+            srv.stop()
     text = (f"package {pkg.name}, input {name} {list(sample.shape[1:])}, {args.rounds} rounds of {args.seconds:g} s "
             "per config, the configs taking turns\n\n" + "\n".join(rows) +
             f"\n\nThe floor of any request, GET /v2/health/ready on one connection: p50 {floor:.0f} us.")

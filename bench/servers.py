@@ -5,8 +5,10 @@ docs/performance.md shows it.
 
     .venv/bin/python bench/servers.py [--package .cache/pkgs/mlp.pt2] [--duration 10] [--out FILE]
 
-Servers run one at a time during start-up timing and side by side (idle) during the load, which is sent
-to one server at a time by aotc_client.bench. Not a unit test: nothing here is asserted.
+bench/launch.py starts the servers (aotc-server: $AOTC_SERVER_BIN, else where its find_binary finds it; a
+server that cannot start is skipped with the reason). They start one at a time, so that each start-up has
+the machine to itself, and stay up side by side (idle) during the load, which aotc_client.bench sends to
+one server at a time. Not a unit test: nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -15,28 +17,23 @@ import argparse
 import os
 import platform
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VENV_BIN = os.path.join(ROOT, ".venv", "bin")
-sys.path.insert(0, os.path.join(ROOT, "python_client"))
-
-from aotc_client import bench  # noqa: E402
+from aotc_client import bench
+from launch import REPO, LaunchError, Server, make_repository
 
 KSERVE_MODEL = '''
-# KServe's Python model server on the eager MLP, written as its docs show (kserve.Model + ModelServer).
-import sys, torch, kserve
-sys.path.insert(0, {root!r} + "/export"); sys.path.insert(0, {root!r} + "/python_client")
-from aotc.load_model import load_model_file
+# KServe's Python model server on the eager MLP, written as its docs show (kserve.Model + ModelServer). It
+# imports the model file itself, so the KServe Python needs torch and kserve, not aotc.
+import importlib.util, torch, kserve
+spec = importlib.util.spec_from_file_location("mlp_model", {model_file!r})
+mlp = importlib.util.module_from_spec(spec); spec.loader.exec_module(mlp)
 class MLP(kserve.Model):
     def __init__(self):
-        super().__init__("mlp"); self.model = load_model_file({root!r} + "/models/mlp.py").model; self.ready = True
+        super().__init__("mlp"); self.model = mlp.model().eval(); self.ready = True
     def get_input_types(self):
         return [{{"name": "x", "datatype": "FP32", "shape": [-1, 512]}}]
     def get_output_types(self):
@@ -51,66 +48,18 @@ kserve.ModelServer().start([MLP()])
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300.0) -> float:
-    start = time.perf_counter()
-    while time.perf_counter() - start < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(f"{url}/v2/models/mlp/ready", timeout=2) as r:
-                if r.status == 200:
-                    return time.perf_counter() - start
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise RuntimeError(f"{url} not ready after {timeout:g} s")
-
-
-def server_commands(repo: str, model_file: str, aotc_server: str | None, kserve_python: str | None) -> dict:
-    aotc = os.path.join(VENV_BIN, "aotc")
-    cmds = {}
-    if aotc_server:
-        cmds["aotc-server"] = lambda p: [aotc_server, "--model-repository", repo, "--http-port", str(p)]
-    cmds["FastAPI+eager"] = lambda p: [aotc, "serve", "--python", "--eager", model_file, "--name", "mlp",
-                                       "--http-port", str(p)]
-    cmds["FastAPI+AOTI"] = lambda p: [aotc, "serve", "--python", repo, "--http-port", str(p)]
+def server_specs(repo: Path, model_file: str, kserve_python: str | None) -> dict[str, tuple]:
+    """name -> (kind, repository, flags, command) for bench/launch.py's Server."""
+    specs = {"aotc-server": ("cpp", repo, (), None),
+             "FastAPI+eager": ("python-eager", model_file, ("--name", "mlp"), None),
+             "FastAPI+AOTI": ("python", repo, (), None)}
     if kserve_python:
-        script = os.path.join(repo, "kserve_mlp.py")
-        with open(script, "w") as f:
-            f.write(KSERVE_MODEL.format(root=ROOT))
-        cmds["KServe"] = lambda p: [kserve_python, script, "--http_port", str(p), "--enable_grpc", "false",
-                                    "--configure_logging", "false", "--enable_latency_logging", "false"]
-    return cmds
-
-
-def start(cmd: list[str], env: dict) -> tuple[subprocess.Popen, str, float]:
-    port = free_port()
-    argv = cmd(port)
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                            env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        return proc, url, wait_ready(url, proc)
-    except RuntimeError as e:
-        stop(proc)
-        err = proc.stderr.read().decode(errors="replace")[-800:] if proc.stderr else ""
-        raise RuntimeError(f"{' '.join(argv)}: {e}\n{err}") from None
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        script = repo.parent / "kserve_mlp.py"
+        script.write_text(KSERVE_MODEL.format(model_file=os.path.abspath(model_file)))
+        specs["KServe"] = ("kserve", None, (), lambda port: [
+            kserve_python, str(script), "--http_port", str(port), "--enable_grpc", "false",
+            "--configure_logging", "false", "--enable_latency_logging", "false"])
+    return specs
 
 
 def table(names: dict, ready: dict, levels: list) -> str:
@@ -138,46 +87,42 @@ def ratios(names: dict, ready: dict, levels: list, base: str, other: str) -> lis
     return out
 
 
-def measure(cmds: dict, env: dict, concurrency: list[int], duration: float) -> tuple[dict, dict, list]:
+def measure(specs: dict, env: dict, concurrency: list[int], duration: float) -> tuple[dict, dict, list]:
     """Starts every server (one at a time, so each start-up has the machine to itself), loads them, stops them."""
-    procs, names, ready = [], {}, {}
+    servers, names, ready = [], {}, {}
     try:
-        for name, cmd in cmds.items():
+        for name, (kind, repository, flags, command) in specs.items():
             try:
-                proc, url, seconds = start(cmd, env)
-            except RuntimeError as e:
+                srv = Server(kind, repository, *flags, ready_timeout=300, ready_path="/v2/models/mlp/ready",
+                             env=env, command=command)
+            except LaunchError as e:
                 print(f"{name}: skipped: {e}")
                 continue
-            procs.append(proc)
-            names[url], ready[name] = name, seconds
-            print(f"{name}: ready in {seconds:.2f} s at {url}", flush=True)
+            servers.append(srv)
+            names[srv.url], ready[name] = name, srv.ready_s
+            print(f"{name}: ready in {srv.ready_s:.2f} s at {srv.url}", flush=True)
         levels = bench.run(list(names), "mlp", concurrency, duration)
     finally:
-        for proc in procs:
-            stop(proc)
+        for srv in servers:
+            srv.stop()
     return names, ready, levels
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--package", default=os.path.join(ROOT, ".cache", "pkgs", "mlp.pt2"))
-    p.add_argument("--model-file", default=os.path.join(ROOT, "models", "mlp.py"))
-    p.add_argument("--aotc-server", default=shutil.which("aotc-server", path=VENV_BIN))
+    p.add_argument("--package", default=str(REPO / ".cache" / "pkgs" / "mlp.pt2"))
+    p.add_argument("--model-file", default=str(REPO / "models" / "mlp.py"))
     p.add_argument("--kserve-python", help="a Python with kserve installed (skipped when not given)")
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--omp-threads", default="unset", help="comma-separated OMP_NUM_THREADS settings to run, "
                    "each for every server, e.g. unset,1 (default: unset)")
-    p.add_argument("--out", help="also write the table here")
+    p.add_argument("--out", type=Path, help="also write the table here")
     args = p.parse_args()
     if not os.path.exists(args.package):
         sys.exit(f"{args.package} not found; export it first: .venv/bin/aotc export models/mlp.py -o {args.package}")
-    if not args.aotc_server:
-        print("aotc-server not found (build it with `make build`, or pass --aotc-server); measuring the rest")
-    repo = tempfile.mkdtemp(prefix="aotc-bench-repo-")
-    os.makedirs(os.path.join(repo, "mlp", "1"))
-    shutil.copy(args.package, os.path.join(repo, "mlp", "1", "model.pt2"))
-    cmds = server_commands(repo, args.model_file, args.aotc_server, args.kserve_python)
+    tmp = Path(tempfile.mkdtemp(prefix="aotc-bench-repo-"))
+    specs = server_specs(make_repository(tmp / "repo", {"mlp": args.package}), args.model_file, args.kserve_python)
     lines = []
     try:
         for threads in args.omp_threads.split(","):
@@ -185,7 +130,7 @@ def main() -> int:
             env.pop("OMP_NUM_THREADS", None)
             if threads != "unset":  # AOTI's OpenMP kernels suffer most when the cores are oversubscribed
                 env["OMP_NUM_THREADS"] = threads
-            names, ready, levels = measure(cmds, env, bench.parse_concurrency(args.concurrency), args.duration)
+            names, ready, levels = measure(specs, env, bench.parse_concurrency(args.concurrency), args.duration)
             lines += [f"OMP_NUM_THREADS {threads}, every server:", "", table(names, ready, levels), ""]
             first = next(iter(ready))
             for other in ready:
@@ -193,7 +138,7 @@ def main() -> int:
                     lines += ratios(names, ready, levels, first, other)
             lines.append("")
     finally:
-        shutil.rmtree(repo, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     cpu = platform.processor() or platform.machine()
     load = os.getloadavg()[1]  # a shared machine's other work shows up here, and in every number above
     lines += [f"{time.strftime('%Y-%m-%d', time.gmtime())}, {platform.node()}: {os.cpu_count()} cores ({cpu}), "
@@ -203,8 +148,7 @@ def main() -> int:
     text = "\n".join(lines)
     print("\n" + text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        args.out.write_text(text + "\n")
     return 0
 
 

@@ -125,7 +125,7 @@ def model_repository(tmp_path_factory, pkg_mlp, pkg_simple) -> Path:
 def server(request, model_repository):
     """aotc-server, then the FastAPI baseline, on model_repository: a test module's tests run against both
     (one server per module; a module may define its own `server`, as test_check_server.py does)."""
-    from servers import Server
+    from launch import Server
 
     with Server(request.param, model_repository) as s:
         yield s

@@ -7,26 +7,18 @@ a test's tmp_path, so no test mutates a cached package. No torch import.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from launch import find_binary
 
 
 def aotc_run_binary() -> Path:
-    """$AOTC_RUN if set (a developer's own build), else the installed aotc-run next to the venv's python,
-    else the one in build/py (make build)."""
-    candidates = [Path(os.environ["AOTC_RUN"])] if os.environ.get("AOTC_RUN") else []
-    candidates += [Path(sys.executable).parent / "aotc-run", REPO / "build" / "py" / "runtime_cpp" / "aotc-run"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise AssertionError("aotc-run is not built: run `make build`")
+    """$AOTC_RUN if set (a developer's own build), else as bench/launch.py's find_binary looks."""
+    return find_binary("aotc-run", "AOTC_RUN")
 
 
 def run_aotc_run(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

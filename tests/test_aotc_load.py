@@ -1,7 +1,7 @@
 """aotc-load (runtime_cpp/tools/aotc_load.cpp), the benchmarks' HTTP load generator, black box: against the
 real aotc-server on the exported MLP (counts checked against the server's own statistics), against a 400
 on every request, against a stub that answers chunked, against its own loopback responder, with bad
-arguments and with no server; and bench/gpu_http.py's http_load, which drives it. Checks counts and exit codes, never speed.
+arguments and with no server; and bench/loadgen.py's http_load, which drives it. Checks counts and exit codes, never speed.
 """
 
 from __future__ import annotations
@@ -9,21 +9,18 @@ from __future__ import annotations
 import http.server
 import json
 import subprocess
-import sys
 import threading
 
 import numpy as np
 import pytest
 
-from conftest import REPO, read_samples
-from servers import Server, free_port, make_repository
-
-sys.path.insert(0, str(REPO / "bench"))
-import gpu_http  # noqa: E402 (bench/ is not a package)
+import loadgen
+from conftest import read_samples
+from launch import Server, find_binary, free_port, make_repository
 
 
 def load_exe() -> str:
-    return gpu_http.find_binary("aotc-load", "AOTC_LOAD_BIN")
+    return str(find_binary("aotc-load", "AOTC_LOAD_BIN"))
 
 
 def binary_body(x: np.ndarray, name: str) -> tuple[bytes, int]:
@@ -207,7 +204,7 @@ def test_http_load_drives_aotc_load(mlp_server, mlp_input):
     import torch
 
     x = torch.from_numpy(mlp_input)
-    r = gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 2)
+    r = loadgen.http_load(mlp_server.port, "mlp", x, "x", 1, 2)
     print(f"http_load c1 2 s: {r}")
     assert set(r) == {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "req_per_s", "requests", "errors", "error_counts",
                       "answer_bytes"}
@@ -215,9 +212,9 @@ def test_http_load_drives_aotc_load(mlp_server, mlp_input):
     assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
     # One connection, closed loop: the throughput is the inverse of the mean latency, less the client's gaps.
     assert 0.5 < r["req_per_s"] * r["mean_ms"] / 1e3 <= 1.01
-    only = gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["output0"])
+    only = loadgen.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["output0"])
     assert only["requests"] > 0 and only["errors"] == 0
-    floor = gpu_http.loopback_load(only["answer_bytes"], 0.5)
+    floor = loadgen.loopback_load(only["answer_bytes"], 0.5)
     assert floor["requests"] > 0 and floor["answer_bytes"] == only["answer_bytes"]
     with pytest.raises(RuntimeError, match="400"):
-        gpu_http.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["no_such_output"])
+        loadgen.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["no_such_output"])

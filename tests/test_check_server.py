@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import REPO, Server, make_repository
+from launch import REPO, Server, make_repository
 
 WRONG_MODELS = REPO / "build" / "test-models"  # generated files at stable paths, so their exports are cached
 

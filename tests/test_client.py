@@ -16,7 +16,7 @@ import pytest
 from aotc_client import AsyncClient, Client
 from aotc_client.errors import AotcError, ServerError
 from conftest import read_samples
-from servers import REPO, Server
+from launch import REPO, Server
 
 
 @pytest.fixture(scope="module")

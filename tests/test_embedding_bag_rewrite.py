@@ -188,12 +188,10 @@ def _run_package(path, inputs):
                          ids=["auto", "decompose", "aten_sum"])
 def test_recommendation_model_package(export_package, args):
     """Through AOTInductor: the manifest records the choice, and the package matches eager on fresh inputs."""
-    import sys
-
+    from aotc.load_model import import_file
     from aotc.loader import read_manifest
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "models"))
-    import embedding_bag as rec
+    rec = import_file(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "embedding_bag.py"))
 
     path = export_package("models/embedding_bag.py", *args)
     rewrites = read_manifest(str(path))["rewrites"]["embedding_bag"]
@@ -239,12 +237,10 @@ def test_lowerings_through_aoti_on_cuda(choice, tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_recommendation_model_cuda_triton_package(export_package):
     """`aotc export --device cuda --embedding-bag triton`: accepted (no Python ops) and equal to eager."""
-    import sys
-
+    from aotc.load_model import import_file
     from aotc.loader import read_manifest
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "models"))
-    import embedding_bag as rec
+    rec = import_file(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "embedding_bag.py"))
 
     path = export_package("models/embedding_bag.py", "--device", "cuda", "--embedding-bag", "triton")
     assert read_manifest(str(path))["rewrites"]["embedding_bag"]["lowering"] == "triton"

@@ -4,7 +4,7 @@ with tritonclient (sync and aio, default options = binary tensors) and with plai
 compressed, and every kind of malformed request). After each malformed request a good one must succeed.
 
 Server-specific behaviour (auth, shutdown, corrupt packages, connections, batching, reload, metrics) is in
-tests/test_server*.py. One server per kind per module; requests carry timeouts (tests/servers.py).
+tests/test_server*.py. One server per kind per module; requests carry timeouts (bench/launch.py).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def test_gzip_and_deflate_request_and_response(server):
         status, headers, data = server.request("POST", "/v2/models/simple/infer", packed, {
             "Content-Encoding": coding, "Accept-Encoding": "gzip", "Content-Type": "application/json"})
         assert status == 200, data
-        assert headers.get("content-encoding") == "gzip"  # servers.Server.request inflated it
+        assert headers.get("content-encoding") == "gzip"  # launch.Server.request inflated it
         assert json.loads(data)["outputs"][0]["data"] == (a + b).ravel().tolist()
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from aotc_client import Client
 from aotc_client.errors import ServerError
-from servers import REPO, VENV_BIN, Server, make_repository
+from launch import REPO, VENV_BIN, Server, make_repository
 
 AOTC = str(VENV_BIN / "aotc")
 

@@ -2,7 +2,7 @@
 a corrupt package next to good ones, hundreds of concurrent keep-alive connections, request logs, flags.
 
 The protocol itself is tests/test_protocol.py (shared with the Python server); batching, repository control
-and metrics are tests/test_server_batching.py. Each test starts its own server (tests/servers.py).
+and metrics are tests/test_server_batching.py. Each test starts its own server (bench/launch.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from servers import VENV_BIN, Server, make_repository, server_binary
+from launch import VENV_BIN, Server, make_repository, server_binary
 
 
 def simple_body(rows=1, seed=0):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import read_samples
-from servers import Server, make_repository
+from launch import Server, make_repository
 from test_server import metric
 
 

@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (run on the GPU machine: bash bench/gpu.sh)", allow_module_level=True)
 
 from conftest import read_samples  # noqa: E402
-from servers import Server, make_repository  # noqa: E402
+from launch import Server, make_repository  # noqa: E402
 from test_cuda import package  # noqa: E402, F401 (the session fixture that provides CUDA packages)
 from test_server_batching import run_clients  # noqa: E402
 

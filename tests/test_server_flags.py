@@ -2,7 +2,7 @@
 --busy-poll-us and config.json's device_index, on CPU packages (the CUDA paths run on the GPU machine, bench/gpu.sh).
 
 A CPU package must serve the same answers whatever these flags say; bad values are refused with one line.
-Each test starts its own server (tests/servers.py).
+Each test starts its own server (bench/launch.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import read_samples
-from servers import Server, make_repository, server_binary
+from launch import Server, make_repository, server_binary
 from test_server_batching import run_clients
 
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from servers import Server
+from launch import Server
 from test_server import simple_body
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,7 +3,7 @@ model's instances; the batcher spreads batches over them; stats and /metrics cou
 
 CPU tests run everywhere on the exported MLP; the two-GPU test is marked `cuda` and skips unless torch sees
 at least two GPUs (run it on the x2 machine with `pytest -m cuda`). Each test starts its own server
-(tests/servers.py) and sends requests from its own threads.
+(bench/launch.py) and sends requests from its own threads.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import read_samples
-from servers import Server, make_repository
+from launch import Server, make_repository
 from test_server_batching import run_clients
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}

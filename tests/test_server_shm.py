@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import read_samples
-from servers import Server
+from launch import Server
 
 pytestmark = pytest.mark.timeout(120)
 httpclient = pytest.importorskip("tritonclient.http")
@@ -201,7 +201,7 @@ def test_off_without_the_flag(kind, model_repository, pkg_mlp):
 def test_batched_requests_write_their_rows_into_their_own_regions(tmp_path, region, pkg_simple):
     """Requests that share a batch each get their own rows in their own region (the model call writes them there,
     aotc-server only), next to requests answered in the body; one whose region is too small is refused alone."""
-    from servers import make_repository
+    from launch import make_repository
     from test_server_batching import run_clients, simple_request
 
     repo = make_repository(tmp_path / "repo", {"simple": pkg_simple},
