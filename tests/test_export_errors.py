@@ -108,17 +108,16 @@ def test_cli_refuses_bad_bucket_caps(value, capsys):
 
 def test_cli_takes_buckets():
     from aotc.cli import build_parser
-    from aotc.pipeline import _static_batches_option
 
     for value in ("buckets", "buckets:32"):
         args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", value])
-        assert _static_batches_option(args.static_batches) == value
+        assert args.static_batches == value
     args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", "8,1"])
-    assert _static_batches_option(args.static_batches) == (8, 1)
+    assert args.static_batches == (8, 1)
     args = build_parser().parse_args(["export", "models/mlp.py", "--static-batches", "none"])
-    assert _static_batches_option(args.static_batches) == ()
+    assert args.static_batches == ()
     args = build_parser().parse_args(["export", "models/mlp.py"])
-    assert _static_batches_option(args.static_batches) is None
+    assert args.static_batches is None
 
 
 def test_static_batches_default_by_device():
@@ -126,20 +125,21 @@ def test_static_batches_default_by_device():
     without a batch dim or without a bucket up to 32 in it (no error: the default asks for nothing it cannot
     have). Given, as asked, errors included."""
     from aotc.errors import ExportError
+    from aotc.manifest import Batch
     from aotc.pipeline import ExportOptions, _static_plan
 
     def sizes(opts, batch):
-        return [g["batch"] for g in _static_plan(opts, batch)]
+        return [g.batch for g in _static_plan(opts, batch)]
 
     cuda, cpu = ExportOptions(device="cuda"), ExportOptions(device="cpu")
-    assert sizes(cuda, {"min": 1, "max": 1024}) == [1, 2, 4, 8, 16, 32]
-    assert sizes(cuda, {"min": 3, "max": 20}) == [4, 8, 16, 20]
-    assert sizes(cuda, None) == [] and sizes(cuda, {"min": 64, "max": 128}) == []
-    assert sizes(cpu, {"min": 1, "max": 1024}) == []
-    assert sizes(ExportOptions(device="cuda", static_batches=()), {"min": 1, "max": 64}) == []
-    assert sizes(ExportOptions(device="cpu", static_batches=(4,)), {"min": 1, "max": 64}) == [4]
+    assert sizes(cuda, Batch(1, 1024)) == [1, 2, 4, 8, 16, 32]
+    assert sizes(cuda, Batch(3, 20)) == [4, 8, 16, 20]
+    assert sizes(cuda, None) == [] and sizes(cuda, Batch(64, 128)) == []
+    assert sizes(cpu, Batch(1, 1024)) == []
+    assert sizes(ExportOptions(device="cuda", static_batches=()), Batch(1, 64)) == []
+    assert sizes(ExportOptions(device="cpu", static_batches=(4,)), Batch(1, 64)) == [4]
     with pytest.raises(ExportError, match="no bucket of the batch range"):
-        _static_plan(ExportOptions(device="cuda", static_batches="buckets:32"), {"min": 64, "max": 128})
+        _static_plan(ExportOptions(device="cuda", static_batches="buckets:32"), Batch(64, 128))
 
 
 @pytest.mark.parametrize("args", [["--static-batches", "8,x"], ["--static-batches", "0"], ["--static-batches", ""],

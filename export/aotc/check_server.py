@@ -10,31 +10,11 @@ a mismatch. It does not start servers. Single-threaded; one request at a time.
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 import numpy as np
 
 from aotc_client.compare import compare_outputs, default_tolerance
 from aotc_client.errors import AotcError, ParityError
 from aotc_client.specs import TensorSpec, random_inputs, range_sizes, specs_from_metadata
-
-MAX_FRESH_DIM = 1024  # a dynamic dim with no upper bound is checked up to here
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_file", metavar="MODEL.py[:NAME]", help="the model file the package was exported from")
-    p.add_argument("--url", required=True, help="server URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="model name on the server")
-    p.add_argument("--model-version", default="", help="model version (default: the server's choice)")
-    enc = p.add_mutually_exclusive_group()
-    enc.add_argument("--binary", dest="json", action="store_false", help="binary tensors (default)")
-    enc.add_argument("--json", dest="json", action="store_true", help="JSON tensors")
-    p.set_defaults(json=False)
-    p.add_argument("--atol", type=float, help="absolute tolerance (default: the file's tolerance() or by dtype)")
-    p.add_argument("--rtol", type=float, help="relative tolerance")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
 
 
 def _merge_specs(server: list[TensorSpec], local: list[TensorSpec], where: str) -> list[TensorSpec]:
@@ -47,7 +27,7 @@ def _merge_specs(server: list[TensorSpec], local: list[TensorSpec], where: str) 
         if len(s.shape) != len(f.shape):
             raise AotcError(f"input '{s.name}' has shape {list(s.shape)} on the server, {list(f.shape)} in the "
                             f"model file; is --model the model exported from this file?")
-        ranges = tuple((lo, min(hi, max(MAX_FRESH_DIM, lo))) for lo, hi in (s.ranges or f.ranges))
+        ranges = s.ranges or f.ranges
         merged.append(TensorSpec(s.name, s.datatype, s.shape, ranges, f.symbols, f.low, f.high))
     return merged
 
@@ -95,27 +75,21 @@ def _eager(mf, arrays: dict, specs: list[TensorSpec], output_names: list[str]) -
             for n, o in zip(output_names, outs)}
 
 
-def check_server(args) -> int:
-    """`aotc check --url`: runs the check; returns 0, raises ParityError on a mismatch."""
-    run_check(args)
-    return 0
-
-
-def run_check(args) -> list:
-    """The check described in the module docstring; returns the comparisons, raises ParityError."""
+def check_server(url: str, model: str, model_file: str, version: str = "", binary: bool = True,
+                 atol: float | None = None, rtol: float | None = None, seed: int = 0,
+                 timeout: float = 60.0) -> list:
+    """The check described in the module docstring; returns the comparisons, raises ParityError.
+    atol/rtol None: the model file's tolerance(), else the default for the output's dtype."""
     import torch
 
     from aotc.load_model import load_model_file
     from aotc.serve_python import model_file_specs
     from aotc_client.client import Client
 
-    model_file = getattr(args, "model_file", None) or args.paths[0]  # `aotc check` passes paths
     mf = load_model_file(model_file)
-    version = getattr(args, "model_version", "") or ""
-    binary = not getattr(args, "json", False)
-    with Client(args.url, binary=binary, timeout=getattr(args, "timeout", 60.0)) as client:
-        metadata = client.metadata(args.model, version)
-        where = f"model '{args.model}' at {client.url}"
+    with Client(url, binary=binary, timeout=timeout) as client:
+        metadata = client.metadata(model, version)
+        where = f"model '{model}' at {client.url}"
         specs = _merge_specs(specs_from_metadata(metadata, "inputs"), model_file_specs(mf), where)
         output_names = [o["name"] for o in metadata["outputs"]]
         float_types = {s.datatype for s in specs if s.datatype in ("FP16", "BF16", "FP64")}
@@ -126,13 +100,16 @@ def run_check(args) -> list:
         print(f"aotc check: {where} against {model_file} (eager PyTorch), "
               f"{'binary' if binary else 'JSON'} tensors")
         results, failed = [], 0
-        for label, arrays in _input_sets(mf, specs, getattr(args, "seed", 0)):
+        for label, arrays in _input_sets(mf, specs, seed):
             arrays = _cast_for_server(arrays, specs)
             shapes = " ".join(f"{k}{list(v.shape)}" for k, v in arrays.items())
             print(f"  {label}: {shapes}")
-            got = client.infer(args.model, arrays, version=version)
+            got = client.infer(model, arrays, version=version)
             want = _eager(mf, arrays, specs, output_names)
-            for c in compare_outputs(got, want, *_tolerance(args, tol, want)):
+            first = next(iter(want.values()))
+            d_atol, d_rtol = default_tolerance(first.dtype)
+            for c in compare_outputs(got, want, tol.get("atol", d_atol) if atol is None else atol,
+                                     tol.get("rtol", d_rtol) if rtol is None else rtol):
                 print(f"    {c.line()}")
                 results.append(c)
                 failed += not c.ok
@@ -141,26 +118,3 @@ def run_check(args) -> list:
         raise ParityError(f"{where} disagrees with eager PyTorch on {failed} of {len(results)} output comparisons")
     print(f"verdict: PASS ({len(results)} output comparisons within tolerance)")
     return results
-
-
-def _tolerance(args, tol: dict, want: dict) -> tuple[float | None, float | None]:
-    first = next(iter(want.values()))
-    d_atol, d_rtol = default_tolerance(first.dtype)
-    atol = args.atol if getattr(args, "atol", None) is not None else tol.get("atol", d_atol)
-    rtol = args.rtol if getattr(args, "rtol", None) is not None else tol.get("rtol", d_rtol)
-    return atol, rtol
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="aotc check --url")
-    add_arguments(p)
-    try:
-        check_server(p.parse_args(argv))
-    except AotcError as e:
-        print(f"aotc check: {e}", file=sys.stderr)
-        return e.exit_code
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

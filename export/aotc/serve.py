@@ -1,7 +1,9 @@
-"""`aotc serve DIR`: replace this process with the C++ `aotc-server` installed next to the Python interpreter.
+"""`aotc serve REPO [FLAGS...]`: replace this process with the C++ `aotc-server` installed next to the Python
+interpreter.
 
-Not a server itself (that is runtime_cpp/server, or serve_python.py for `--python`): it only finds the
-executable, translates the flags and execs it, so signals and the exit code are the server's own.
+Not a server itself (that is runtime_cpp/server, or serve_python.py for `--python`) and no parser of
+aotc-server's flags (runtime_cpp/server/options.cpp owns them): it finds the executable, puts REPO in
+front as --model-repository and execs it, so flags, signals and the exit code are the server's own.
 """
 
 from __future__ import annotations
@@ -25,35 +27,23 @@ def server_executable() -> str:
                     f"(or serve with `aotc serve --python DIR`)")
 
 
-def server_argv(args) -> list[str]:
-    argv = [server_executable(), "--model-repository", args.repository, "--http-port", str(args.http_port),
-            "--host", args.host]
-    if args.api_key:
-        argv += ["--api-key", args.api_key]
-    if args.poll_repository is not None:
-        argv += ["--poll-repository", str(args.poll_repository)]
-    if args.log_requests:
-        argv.append("--log-requests")
-    if getattr(args, "max_body_bytes", None):
-        argv += ["--max-body-bytes", str(args.max_body_bytes)]
-    if getattr(args, "intra_op_threads", None) is not None:
-        argv += ["--intra-op-threads", str(args.intra_op_threads)]
-    if getattr(args, "device_index", None) is not None:
-        argv += ["--device-index", str(args.device_index)]
-    if getattr(args, "no_cuda_graphs", False):
-        argv.append("--no-cuda-graphs")
-    if getattr(args, "allow_shared_memory", False):
-        argv.append("--allow-shared-memory")
-    if getattr(args, "busy_poll_us", None) is not None:
-        argv += ["--busy-poll-us", str(args.busy_poll_us)]
-    return argv
-
-
-def serve(args) -> int:
-    if not os.path.isdir(args.repository):
-        raise AotcError(f"model repository '{args.repository}' is not a directory; expected DIR/<model>/<version>/"
+def server_argv(argv: list[str]) -> list[str]:
+    """`REPO [FLAGS...]` -> aotc-server's argv: `--model-repository REPO FLAGS...`. A line that already names
+    --model-repository goes as it is. Raises AotcError when REPO is missing or not a directory."""
+    if any(a == "--model-repository" or a.startswith("--model-repository=") for a in argv):
+        return [server_executable(), *argv]
+    if not argv or argv[0].startswith("-"):
+        raise AotcError("aotc serve needs a model repository first: aotc serve REPO [aotc-server flags...] "
+                        "(aotc serve --help lists the flags)")
+    repository, flags = argv[0], argv[1:]
+    if not os.path.isdir(repository):
+        raise AotcError(f"model repository '{repository}' is not a directory; expected DIR/<model>/<version>/"
                         f"model.pt2")
-    argv = server_argv(args)
+    return [server_executable(), "--model-repository", repository, *flags]
+
+
+def exec_server(argv: list[str]) -> int:
+    """Replaces this process with `argv` (never returns)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)

@@ -4,14 +4,13 @@ It serves a model repository DIR/<model>/<version>/model.pt2 through PyTorch's i
 (aotc.loader), or one model file run eagerly (`--eager MODEL.py --name NAME`): the way most teams serve
 PyTorch today, and what aotc-server is measured against. It is not the production server: no dynamic
 batching, no repository polling. This file loads models and starts uvicorn; the routes are in
-serve_python_app.py. Requests are validated against the manifest (aotc_client.wire) before the model runs.
+serve_python_app.py. Requests are validated against the manifest (aotc.wire) before the model runs.
 Concurrency: one asyncio event loop parses and answers; the model runs in Starlette's thread pool, one
 call at a time per model (a lock), so torch's own intra-op threads are not oversubscribed.
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import sys
@@ -86,9 +85,9 @@ def load_repository(root: str) -> tuple[dict[str, dict[str, Model]], dict[str, s
         if not version.isdigit():
             continue
         try:
-            manifest = loader.read_manifest(path)
             compiled = loader.load_package(path)
-            inputs, outputs = specs_from_manifest(manifest, "inputs"), specs_from_manifest(manifest, "outputs")
+            manifest = compiled.manifest
+            inputs, outputs = specs_from_manifest(manifest.inputs), specs_from_manifest(manifest.outputs)
             runner = _torch_runner(compiled, inputs, [s.name for s in outputs])
             models.setdefault(name, {})[version] = Model(name, version, inputs, outputs, runner,
                                                          "torch_aoti", manifest)
@@ -167,48 +166,25 @@ def _datatype(torch_dtype) -> str:
     return datatype_from_name(str(torch_dtype).removeprefix("torch."))
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("repository", nargs="?", help="model repository DIR/<model>/<version>/model.pt2")
-    p.add_argument("--eager", metavar="MODEL.py", help="serve this model file eagerly instead of a repository")
-    p.add_argument("--name", help="model name for --eager (default: the file's name)")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_BODY_LIMIT)
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on everything but health")
-    p.add_argument("--allow-shared-memory", action="store_true",
-                   help="let same-host clients pass tensors in POSIX shared memory (Triton's extension)")
-
-
-def main(args) -> int:
-    """Entry point of `aotc serve --python`; `args` is argparse's namespace (or an argv list)."""
-    if not isinstance(args, argparse.Namespace):
-        p = argparse.ArgumentParser(prog="aotc serve --python")
-        add_arguments(p)
-        args = p.parse_args(args)
-    eager = getattr(args, "eager", None)
-    repository = getattr(args, "repository", None) or getattr(args, "model_repository", None)
+def serve_python(repository: str | None = None, eager: str | None = None, name: str | None = None,
+                 host: str = "127.0.0.1", http_port: int = 8000, max_body_bytes: int = DEFAULT_BODY_LIMIT,
+                 api_key: str | None = None, allow_shared_memory: bool = False) -> int:
+    """`aotc serve --python`: serves a repository or (eager) one model file until interrupted."""
     if bool(eager) == bool(repository):
         raise AotcError("aotc serve --python needs a model repository DIR or --eager MODEL.py (one of them)")
-    port = getattr(args, "http_port", 8000)
-    if not 0 <= port <= 65535:
-        raise AotcError(f"--http-port {port} is not a port; expected 0..65535")
+    if not 0 <= http_port <= 65535:
+        raise AotcError(f"--http-port {http_port} is not a port; expected 0..65535")
     import uvicorn
 
     from aotc.serve_python_app import make_app
     if eager:
-        model = eager_model(eager, getattr(args, "name", None))
+        model = eager_model(eager, name)
         models, failed = {model.name: {model.version: model}}, {}
     else:
         models, failed = load_repository(repository)
-    app = make_app(models, failed, getattr(args, "max_body_bytes", DEFAULT_BODY_LIMIT) or DEFAULT_BODY_LIMIT,
+    app = make_app(models, failed, max_body_bytes or DEFAULT_BODY_LIMIT,
                    reload=None if eager else lambda: load_repository(repository),
-                   api_key=getattr(args, "api_key", None),
-                   allow_shared_memory=getattr(args, "allow_shared_memory", False))
-    print(f"aotc serve --python: serving {sorted(models)} on http://{args.host}:{port}", flush=True)
-    uvicorn.run(app, host=getattr(args, "host", "127.0.0.1"), port=port, log_level="warning",
-                access_log=False)
+                   api_key=api_key, allow_shared_memory=allow_shared_memory)
+    print(f"aotc serve --python: serving {sorted(models)} on http://{host}:{http_port}", flush=True)
+    uvicorn.run(app, host=host, port=http_port, log_level="warning", access_log=False)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

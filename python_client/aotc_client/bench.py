@@ -10,7 +10,6 @@ addresses unless --allow-remote. It is not a correctness check (see `aotc check`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ipaddress
 import socket
@@ -139,7 +138,7 @@ async def run_level(url: str, model: str, body: bytes, headers: dict, concurrenc
 
 def run(urls: list[str], model: str, concurrency: list[int], duration: float, binary: bool = True,
         batch: int = 1, warmup: float = 0.5, allow_remote: bool = False, max_requests: int | None = None,
-        out=sys.stdout) -> list[Level]:
+        out=sys.stdout, seed: int = 0, timeout: float = 30.0) -> list[Level]:
     """The whole benchmark; returns every level (servers interleaved per concurrency level)."""
     if not 0 < duration <= MAX_DURATION:
         raise AotcError(f"--duration {duration:g} is out of range; expected 0 < S <= {MAX_DURATION:g}")
@@ -147,13 +146,13 @@ def run(urls: list[str], model: str, concurrency: list[int], duration: float, bi
         if not 1 <= c <= MAX_CONCURRENCY:
             raise AotcError(f"--concurrency {c} is out of range; expected 1..{MAX_CONCURRENCY}")
     urls = [check_loopback(u, allow_remote) for u in urls]
-    requests = {u: build_request(u, model, batch, binary) for u in urls}
+    requests = {u: build_request(u, model, batch, binary, seed) for u in urls}
     levels = []
     print(f"{'server':<26} {'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
           f"{'errors':>6}", file=out)
     for c in concurrency:
         for u in urls:
-            lv = asyncio.run(run_level(u, model, *requests[u], c, duration, warmup, max_requests=max_requests))
+            lv = asyncio.run(run_level(u, model, *requests[u], c, duration, warmup, timeout, max_requests))
             levels.append(lv)
             r = lv.row()
             print(f"{u:<26} {c:>4} {r['throughput']:>9.1f} {r['p50_ms']:>8.3f} {r['p90_ms']:>8.3f} "
@@ -201,23 +200,6 @@ def plot(levels: list[Level], path: str) -> None:
     plt.close(fig)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", help="server to load, e.g. http://127.0.0.1:8000")
-    p.add_argument("--compare", nargs="+", metavar="URL", help="several servers side by side; ratios to the first")
-    p.add_argument("--model", required=True)
-    p.add_argument("--concurrency", default="1,8,32", help="comma-separated connection counts (default %(default)s)")
-    p.add_argument("--duration", type=float, default=5.0, help="seconds per level (default %(default)s)")
-    p.add_argument("--warmup", type=float, default=0.5, help="seconds per level not counted (default %(default)s)")
-    p.add_argument("--batch", type=int, default=1, help="rows per request for a dynamic batch dim (default 1)")
-    p.add_argument("--max-requests", type=int, help="stop a level after this many requests")
-    enc = p.add_mutually_exclusive_group()
-    enc.add_argument("--binary", dest="encoding", action="store_const", const="binary", help="binary (default)")
-    enc.add_argument("--json", dest="encoding", action="store_const", const="json", help="JSON tensors")
-    p.set_defaults(encoding="binary")
-    p.add_argument("--plot", metavar="OUT.png", help="write latency against throughput as a PNG")
-    p.add_argument("--allow-remote", action="store_true", help="allow a server that is not on loopback")
-
-
 def parse_concurrency(text: str) -> list[int]:
     try:
         return [int(c) for c in str(text).split(",") if c.strip()]
@@ -225,29 +207,31 @@ def parse_concurrency(text: str) -> list[int]:
         raise AotcError(f"--concurrency {text!r} is not a list of integers; expected e.g. 1,8,32") from None
 
 
-def main(args) -> int:
-    """Entry point of `aotc bench`; `args` is argparse's namespace (or an argv list)."""
-    if not isinstance(args, argparse.Namespace):
-        p = argparse.ArgumentParser(prog="aotc bench")
-        add_arguments(p)
-        args = p.parse_args(args)
-    # `aotc bench --url A --compare B C` and `--compare A B C` both measure A, B, C with ratios to A
-    urls = list(dict.fromkeys(([args.url] if args.url else []) + list(getattr(args, "compare", None) or [])))
+@dataclass
+class BenchOptions:
+    """What `aotc bench` measures; the defaults are the command line's (cli.py reads them from here)."""
+    model: str
+    urls: list[str]                 # measured in turn, ratios to the first
+    concurrency: str = "1,8,32"     # comma-separated connection counts
+    duration: float = 10.0          # seconds per level, counted
+    warmup: float = 0.5             # seconds per level before counting
+    batch: int = 1                  # rows per request for a dynamic batch dim
+    binary: bool = True             # binary tensors (else JSON)
+    max_requests: int | None = None  # stop a level after this many requests
+    seed: int = 0                   # of the random request
+    timeout: float = 30.0           # seconds per request
+    plot: str | None = None         # write latency against throughput as a PNG here
+    allow_remote: bool = False      # allow servers that are not on loopback
+
+
+def measure(opts: BenchOptions, out=sys.stdout) -> list[Level]:
+    """`aotc bench`: every level of every server, printed as it is measured; the plot when asked for."""
+    urls = list(dict.fromkeys(opts.urls))
     if not urls:
         raise AotcError("aotc bench needs --url URL or --compare URL1 URL2 ...")
-    binary = getattr(args, "encoding", "json" if getattr(args, "json", False) else "binary") == "binary"
-    levels = run(urls, args.model, parse_concurrency(args.concurrency), args.duration, binary,
-                 getattr(args, "batch", 1), getattr(args, "warmup", 0.5), getattr(args, "allow_remote", False),
-                 getattr(args, "max_requests", None))
-    if getattr(args, "plot", None):
-        plot(levels, args.plot)
-        print(f"wrote {args.plot}")
-    return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except AotcError as e:
-        print(f"aotc bench: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
+    levels = run(urls, opts.model, parse_concurrency(opts.concurrency), opts.duration, opts.binary, opts.batch,
+                 opts.warmup, opts.allow_remote, opts.max_requests, out=out, seed=opts.seed, timeout=opts.timeout)
+    if opts.plot:
+        plot(levels, opts.plot)
+        print(f"wrote {opts.plot}", file=out)
+    return levels
