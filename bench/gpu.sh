@@ -1,55 +1,118 @@
 #!/usr/bin/env bash
-# The CUDA end-to-end run, one command on a GPU machine with no network, from the repository root:
-#   bash bench/gpu.sh            (results in $OUT, default ./out/gpu)
-# The carried dependencies travel in the git-ignored folders .whl/ (wheels for Python 3.12) and .deb/ (Debian
-# 12 packages): name both in the device tool's `carry`. Refill them on the development machine with the
-# commands in docs/gpu.md.
-# Stages, each timed: unpack the carried dependencies (.deb/ with dpkg -x into a private folder, .whl/ with
-# pip --target), build the C++ runtime, server and pybind module in build/gpu, export the examples with
-# --device cuda, self-check them with aotc-run, run `pytest -m cuda`, run bench/gpu_models.py. A stage
-# that fails is reported and the stages after it still run where they can. Not for the CPU development
-# machine (it has no CUDA).
-# Writes to $OUT: summary.txt, build.log (machine and build), export.log, pytest.log, multi.log, gpu_multi_<k>.md,
-# bench.log, gpu_bench.md and .json, eb.log and eb.json (bench/embedding_bag.py, started in the background with the
-# build, since it compiles its own packages; the model benchmark waits for it so the GPU is not shared).
-# The stages check, test, multi, bench, phases, pacing, probe, batching, memory and loopback run in the order AOTC_GPU_STAGES
-# lists them.
-# Knobs: AOTC_GPU_BUDGET_S (default 580: seconds the whole script may take; the benchmark gets what is
-# left), AOTC_GPU_STAGES (default "deps build export test"; any of deps build export eb tuned check test multi
-# bench phases pacing probe batching memory loopback), AOTC_TEST_TIMEOUT_S (default 340), AOTC_TEST_ARGS (what pytest
-# runs, default "tests"; e.g. "tests/test_server_cuda.py -k outputs"),
-# AOTC_EXPORT_FLAGS (more flags for the two exports, e.g. "--static-batches none" for a quicker run),
-# AOTC_BENCH_ARGS (extra arguments for bench/gpu_models.py, e.g. "--skip compile-max-autotune"),
-# AOTC_EXTRA_EXPORTS ("label=flags;...": more exports of bert_base, e.g. "freezing=--freezing on", each
-# measured as its own aotc-run column),
-# AOTC_EB_ARGS / AOTC_EB_TIMEOUT_S (default 420) for bench/embedding_bag.py,
-# AOTC_EB_GPU / AOTC_TEST_GPU (CUDA_VISIBLE_DEVICES for the embedding-bag benchmark / for `pytest -m cuda`:
-# on a two-GPU machine they can run side by side without sharing a GPU).
-# Stage phases: bench/server_phases.py on the MLP (batch 64) and BERT (batch 1, 8) packages.
-# Stage pacing: aotc-run on BERT (batch 1, 8) with idle gaps of 0, 200 and 1000 us between calls.
-# Stage probe: BERT's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server at concurrency 1
-# (one model loaded, then three), at the batch sizes in AOTC_PROBE_BATCHES (default "1"); AOTC_PROBE_CONFIGS
-# picks the server's config sets (default "default runner,default,unbatched"); AOTC_PROBE_BUSY_POLL_US=N repeats
-# each server part on a server started with --busy-poll-us N.
-# Stage batching: bench/batching.py on BERT at concurrency 32 for bert_base.pt2 and each extra export.
-# Stage memory: bench/gpu_memory.py, the size and device memory of bert_base.pt2 and each extra export.
-# Stage loopback: bench/loopback.py, the floor of an answer of N bytes on this host's loopback TCP (no GPU).
-# Stage multi (needs 2 GPUs; skips itself otherwise): the two-GPU server tests, then bench/gpu_multi.py once
-# per instance count in AOTC_MULTI_INSTANCES (default "2"; instances per GPU).
-# Stage tuned (a two-GPU machine, in the background on GPU $AOTC_TUNED_GPU, default 1, while the rest uses
-# GPU 0): exports bert_base with --max-autotune, then runs bench/gpu_models.py's max-autotune parts
-# (torch.compile mode max-autotune, aotc-run on that package) into gpu_bench_tuned.md. With it, the main
-# benchmark leaves compile-max-autotune to it.
+# The CUDA end-to-end run on a GPU machine with no network, one command from the repository root. Stages are
+# arguments, choices are options, the environment gives paths only (OUT): `bash bench/gpu.sh --help`.
+# It needs the carried dependencies in the git-ignored folders .whl/ and .deb/ (docs/gpu.md says how to
+# refill them). A stage that fails is reported and the stages after it still run where they can. Not for the
+# CPU development machine (it has no CUDA).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback"
+
+usage() {
+  cat <<'EOF'
+usage: bash bench/gpu.sh [OPTION ...] [STAGE ...]
+
+Runs the STAGEs (default: deps build export test, the validation run) and writes what they report to $OUT
+(default ./out/gpu): summary.txt (each stage's time and status) and the files named below.
+
+Stages deps, build, export, eb and tuned run first, whatever their order here:
+  deps      unpack .deb/ (dpkg -x) into /tmp/aotc-deps, install .whl/ (pip --target) into /tmp/aotc-site
+  build     CMake + Ninja in build/gpu; aotc-run, aotc-server, aotc-load on PATH; aotc._runtime   build.log
+  export    models/mlp.py fp32 and models/bert.py:bert_base fp16 for CUDA into /tmp/aotc-pkgs, and each
+            --extra-export of bert_base, all in parallel with the build                        export.log
+  eb        bench/embedding_bag.py --device cuda, in the background from the start      eb.log, eb.json
+  tuned     (2 GPUs) the --max-autotune export and gpu_models.py's max-autotune parts, in the background
+            on --tuned-gpu while the rest uses GPU 0                       tuned.log, gpu_bench_tuned.md
+The others run in the order given:
+  check     aotc-run self-check of each package, with and without CUDA graphs; aotc-server smoke test
+  test      pytest -m cuda on --test-args                                                      pytest.log
+  multi     (2 GPUs) tests/test_server_instances.py, then bench/gpu_multi.py per --multi-instances count
+                                                                              multi.log, gpu_multi_K.md
+  bench     bench/gpu_models.py with what is left of --budget-s              bench.log, gpu_bench.{md,json}
+  phases    bench/server_phases.py on the MLP (batch 64) and BERT (batch 1, 8)      phases_{mlp,bert}.md
+  pacing    aotc-run on BERT (batch 1, 8) with idle gaps of 0, 200 and 1000 us between calls    pacing.log
+  probe     BERT's call phases (AOTC_CUDA_TIMING) in aotc-run and in aotc-server           probe*.{log,md}
+  batching  bench/batching.py: BERT at concurrency 32, batched against unbatched, per package  batching.md
+  memory    bench/gpu_memory.py: each BERT package's size and its device memory once loaded     memory.md
+  loopback  bench/loopback.py: the floor of an N-byte answer over loopback TCP (no GPU)        loopback.md
+
+Options (--opt VALUE or --opt=VALUE; defaults in brackets):
+  --budget-s S             seconds the whole run may take; bench gets what is left [580]
+  --test-timeout-s S       limit of the test stage [340]
+  --test-args "ARGS"       what pytest runs [tests], e.g. "tests/test_server_cuda.py -k outputs"
+  --test-gpu N             CUDA_VISIBLE_DEVICES of the test stage [all GPUs]
+  --export-flags "FLAGS"   more aotc export flags for both exports, e.g. "--static-batches none"
+  --extra-export L=FLAGS   one more export of bert_base with FLAGS, labelled L, that bench, batching and
+                           memory measure beside the default one; repeatable, e.g. "freezing=--freezing on"
+  --bench-args "ARGS"      more bench/gpu_models.py arguments, e.g. "--only aotc-run,aotc-server"
+  --eb-args "ARGS"         more bench/embedding_bag.py arguments
+  --eb-timeout-s S         limit of the eb stage [420]
+  --eb-gpu N               CUDA_VISIBLE_DEVICES of the eb stage; without it, test and bench wait for eb
+  --tuned-gpu N            the GPU of the tuned stage [1]
+  --multi-instances "K.."  instances per GPU, one bench/gpu_multi.py run each ["2"]
+  --multi-seconds S        measured seconds per bench/gpu_multi.py cell [8]
+  --probe-batches "B.."    batch sizes of the probe stage ["1"]
+  --probe-configs "C.."    the server's config sets in the probe stage, each a comma-separated list of
+                           bench/server_phases.py --configs names ["default runner,default,unbatched"]
+  --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
+  --cuda-timing N          AOTC_CUDA_TIMING of the probe stage: phase means every N replayed calls [1000]
+  -h, --help               this text
+
+Environment: OUT, where the results go. The script sets AOTC_SERVER_BIN and AOTC_CUDA_PACKAGES for the tests.
+EOF
+}
+die() { echo "gpu.sh: $*; see bash bench/gpu.sh --help" >&2; exit 2; }
+whole() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 takes a whole number, got '$2'"; }
+wholes() { [[ $2 =~ ^[0-9]+( [0-9]+)*$ ]] || die "$1 takes whole numbers separated by spaces, got '$2'"; }
+
+BUDGET=580 TEST_TIMEOUT_S=340 TEST_ARGS=tests TEST_GPU="" EXPORT_FLAGS="" EXTRA_EXPORTS=() BENCH_ARGS=""
+EB_ARGS="" EB_TIMEOUT_S=420 EB_GPU="" TUNED_GPU=1 MULTI_INSTANCES=2 MULTI_SECONDS=8
+PROBE_BATCHES=1 PROBE_CONFIGS="default runner,default,unbatched" PROBE_BUSY_POLL_US="" CUDA_TIMING=1000
+STAGES=""
+OPTIONS=" --budget-s --test-timeout-s --test-args --test-gpu --export-flags --extra-export --bench-args --eb-args \
+--eb-timeout-s --eb-gpu --tuned-gpu --multi-instances --multi-seconds --probe-batches --probe-configs \
+--probe-busy-poll-us --cuda-timing "
+while [ $# -gt 0 ]; do
+  case $1 in
+    -h|--help) usage; exit 0 ;;
+    --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
+    --*) [[ $OPTIONS == *" $1 "* ]] || die "unknown option $1"
+         [ $# -ge 2 ] || die "$1 needs a value"
+         opt=$1 val=$2; shift 2 ;;
+    -*) die "unknown option $1" ;;
+    *) [[ " $ALL_STAGES " == *" $1 "* ]] || die "unknown stage '$1' (stages: $ALL_STAGES)"
+       STAGES="$STAGES $1"; shift; continue ;;
+  esac
+  case $opt in
+    --budget-s) whole "$opt" "$val"; BUDGET=$val ;;
+    --test-timeout-s) whole "$opt" "$val"; TEST_TIMEOUT_S=$val ;;
+    --test-args) TEST_ARGS=$val ;;
+    --test-gpu) whole "$opt" "$val"; TEST_GPU=$val ;;
+    --export-flags) EXPORT_FLAGS=$val ;;
+    --extra-export) [[ $val =~ ^[A-Za-z0-9_]+=. ]] || die "--extra-export takes LABEL=FLAGS, got '$val'"
+                    EXTRA_EXPORTS+=("$val") ;;
+    --bench-args) BENCH_ARGS=$val ;;
+    --eb-args) EB_ARGS=$val ;;
+    --eb-timeout-s) whole "$opt" "$val"; EB_TIMEOUT_S=$val ;;
+    --eb-gpu) whole "$opt" "$val"; EB_GPU=$val ;;
+    --tuned-gpu) whole "$opt" "$val"; TUNED_GPU=$val ;;
+    --multi-instances) wholes "$opt" "$val"; MULTI_INSTANCES=$val ;;
+    --multi-seconds) whole "$opt" "$val"; MULTI_SECONDS=$val ;;
+    --probe-batches) wholes "$opt" "$val"; PROBE_BATCHES=$val ;;
+    --probe-configs) PROBE_CONFIGS=$val ;;
+    --probe-busy-poll-us) whole "$opt" "$val"; PROBE_BUSY_POLL_US=$val ;;
+    --cuda-timing) whole "$opt" "$val"; CUDA_TIMING=$val ;;
+  esac
+done
+STAGES=${STAGES:-" deps build export test"}
+# a choice left in the environment would be ignored without a word, and the run would not be the one asked for
+stale=$(compgen -e | grep -E '^AOTC_(GPU|TEST|EB|EXPORT|EXTRA|BENCH|MULTI|PROBE|TUNED)_' | head -1)
+[ -z "$stale" ] || die "$stale is set, but gpu.sh takes its choices as options, not from the environment"
+
 cd "$ROOT"
 OUT=${OUT:-$ROOT/out/gpu}
 mkdir -p "$OUT"
 START=$(date +%s)
-BUDGET=${AOTC_GPU_BUDGET_S:-580}
-# The default is the validation run, which fits one 10-minute command: about 40 s deps and build, 190 s export,
-# 280 s tests. Measurements are runs of their own (AOTC_GPU_STAGES; docs/benchmarks.md has each run's command).
-STAGES=${AOTC_GPU_STAGES:-"deps build export test"}
 DEPS=/tmp/aotc-deps          # unpacked .debs (never into /)
 SITE=/tmp/aotc-site          # carried wheels
 PKGS=/tmp/aotc-pkgs          # exported packages, shared by the tests and the benchmark
@@ -58,11 +121,12 @@ BIN=/tmp/aotc-bin            # aotc, aotc-run, aotc-server on PATH
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/aotc-inductor-cache
-export PYTHONPATH=$SITE:$ROOT/export:$ROOT/python_client${PYTHONPATH:+:$PYTHONPATH}
+# bench/ for bench/launch.py, which the tests share (pytest's pythonpath setting names it too)
+export PYTHONPATH=$SITE:$ROOT/export:$ROOT/python_client:$ROOT/bench${PYTHONPATH:+:$PYTHONPATH}
 export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$BIN:$DEPS/usr/bin:$PATH
 export AOTC_CUDA_PACKAGES=$PKGS
-export AOTC_SERVER_BIN=$BIN/aotc-server   # for the tests (tests/servers.py); the build links it there
+export AOTC_SERVER_BIN=$BIN/aotc-server   # for the tests (bench/launch.py); the build links it there
 PY=$(command -v python3)
 
 say() { echo "[gpu.sh +$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY"; }
@@ -70,7 +134,7 @@ want() { [[ " $STAGES " == *" $1 "* ]]; }
 # stage NAME LOG CMD...: runs CMD with its output in LOG (and on the console), records time and status.
 stage() {
   local name=$1 log=$2; shift 2
-  if ! want "$name"; then say "stage $name: skipped (not in AOTC_GPU_STAGES)"; return 0; fi
+  if ! want "$name"; then say "stage $name: skipped (not asked for)"; return 0; fi
   local t0=$(date +%s) rc
   say "stage $name: start"
   ( set -o pipefail; "$@" 2>&1 | tee -a "$log" )
@@ -133,19 +197,17 @@ make_cli() {
 # ---- export: the examples for CUDA, both at once and while the C++ build runs ---------------------------------
 export_start() {
   mkdir -p "$PKGS"
-  ( aotc export models/mlp.py --device cuda --name mlp -o "$PKGS/mlp.pt2" ${AOTC_EXPORT_FLAGS:-} >"$PKGS/mlp.log" 2>&1
+  ( aotc export models/mlp.py --device cuda --name mlp -o "$PKGS/mlp.pt2" $EXPORT_FLAGS >"$PKGS/mlp.log" 2>&1
     echo $? >"$PKGS/mlp.rc" ) &
   EXPORT_PIDS="$!"
   ( aotc export models/bert.py:bert_base --device cuda --dtype fp16 --name bert_base -o "$PKGS/bert_base.pt2" \
-      ${AOTC_EXPORT_FLAGS:-} >"$PKGS/bert_base.log" 2>&1
+      $EXPORT_FLAGS >"$PKGS/bert_base.log" 2>&1
     echo $? >"$PKGS/bert_base.rc" ) &
   EXPORT_PIDS="$EXPORT_PIDS $!"
   EXPORTED="$PKGS/mlp $PKGS/bert_base"
-  # AOTC_EXTRA_EXPORTS="label=aotc export flags;...": more exports of bert_base for the benchmark to compare
+  # --extra-export LABEL=FLAGS: more exports of bert_base for the benchmarks to compare
   local spec label flags
-  IFS=';' read -ra specs <<<"${AOTC_EXTRA_EXPORTS:-}"
-  for spec in "${specs[@]}"; do
-    [ -n "$spec" ] || continue
+  for spec in ${EXTRA_EXPORTS[@]+"${EXTRA_EXPORTS[@]}"}; do
     label=${spec%%=*}; flags=${spec#*=}
     mkdir -p "$EXTRA"
     ( aotc export models/bert.py:bert_base --device cuda --dtype fp16 $flags --name bert_base \
@@ -252,14 +314,14 @@ T_EXPORT=$(date +%s)
 want export && export_start
 if want eb; then
   say "stage eb: started in the background (bench/embedding_bag.py --device cuda)"
-  ( [ -n "${AOTC_EB_GPU:-}" ] && export CUDA_VISIBLE_DEVICES=$AOTC_EB_GPU
-    t0=$(date +%s); timeout "${AOTC_EB_TIMEOUT_S:-420}" "$PY" bench/embedding_bag.py --device cuda \
-      --json "$OUT/eb.json" ${AOTC_EB_ARGS:-} >"$OUT/eb.log" 2>&1
+  ( [ -n "$EB_GPU" ] && export CUDA_VISIBLE_DEVICES=$EB_GPU
+    t0=$(date +%s); timeout "$EB_TIMEOUT_S" "$PY" bench/embedding_bag.py --device cuda \
+      --json "$OUT/eb.json" $EB_ARGS >"$OUT/eb.log" 2>&1
     echo "exit $? in $(( $(date +%s) - t0 ))s" >>"$OUT/eb.log" ) &
   EB_PID=$!
 fi
 tuned() {
-  export CUDA_VISIBLE_DEVICES=${AOTC_TUNED_GPU:-1}
+  export CUDA_VISIBLE_DEVICES=$TUNED_GPU
   mkdir -p "$EXTRA"
   local t0=$(date +%s) i
   aotc export models/bert.py:bert_base --device cuda --dtype fp16 --max-autotune --name bert_base \
@@ -271,7 +333,7 @@ tuned() {
     --extra "max-autotune=$EXTRA/bert_base_ma.pt2" --budget-s $(( left - 10 )) --out "$OUT/gpu_bench_tuned.md"
 }
 if want tuned; then
-  say "stage tuned: started in the background on GPU ${AOTC_TUNED_GPU:-1}"
+  say "stage tuned: started in the background on GPU $TUNED_GPU"
   ( t0=$(date +%s); tuned >"$OUT/tuned.log" 2>&1; echo "exit $? in $(( $(date +%s) - t0 ))s" >>"$OUT/tuned.log" ) &
   TUNED_PID=$!
 fi
@@ -284,7 +346,7 @@ if want export; then
   say "stage export: $( [ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)" ) in $(( $(date +%s) - T_EXPORT ))s" \
     "(both models, in parallel with the build)"
 fi
-# ---- the stages that take turns, in the order AOTC_GPU_STAGES names them ------------------------------------
+# ---- the stages that take turns, in the order they were named ---------------------------------------------
 wait_eb() {
   [ -n "${EB_PID:-}" ] || return 0
   say "waiting for the embedding-bag benchmark"; wait "$EB_PID"; say "embedding-bag benchmark: $(tail -1 "$OUT/eb.log")"
@@ -294,8 +356,8 @@ wait_eb() {
 multi() {
   "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs tests/test_server_instances.py || return 1
   local k
-  for k in ${AOTC_MULTI_INSTANCES:-2}; do  # instances per GPU; each count is its own one-run comparison
-    "$PY" bench/gpu_multi.py --packages "$PKGS" --instances "$k" --seconds "${AOTC_MULTI_SECONDS:-8}" \
+  for k in $MULTI_INSTANCES; do  # instances per GPU; each count is its own one-run comparison
+    "$PY" bench/gpu_multi.py --packages "$PKGS" --instances "$k" --seconds "$MULTI_SECONDS" \
       --out "$OUT/gpu_multi_$k.md" || return 1
   done
 }
@@ -307,7 +369,7 @@ bench() {
   done
   want tuned && args="$args --skip compile-max-autotune"
   env ${TUNED_PID:+CUDA_VISIBLE_DEVICES=0} "$PY" bench/gpu_models.py --packages "$PKGS" --budget-s "$left" \
-    --out "$OUT/gpu_bench.md" $args ${AOTC_BENCH_ARGS:-}
+    --out "$OUT/gpu_bench.md" $args $BENCH_ARGS
 }
 # phases: where a request's time goes at concurrency 1 (in-process vs HTTP, with the server's own phase times)
 phases() {
@@ -335,29 +397,29 @@ pacing() {
     done
   done
 }
-# probe: where BERT's call time goes (AOTC_CUDA_TIMING: host and device phases of each replayed call) in
+# probe: where BERT's call time goes (AOTC_CUDA_TIMING, read by the C++ runtime: host and device phases of each
+# replayed call, every --cuda-timing calls) in
 # aotc-run, back to back and paced, and in aotc-server at concurrency 1 with one copy of the model loaded,
-# then with three (the configs of stage phases). AOTC_PROBE_BATCHES (default "1"): the batch sizes;
-# AOTC_PROBE_CONFIGS (default "default runner,default,unbatched"): the server's config sets.
+# then with three (the configs of stage phases), at each of --probe-batches, for each of --probe-configs.
 probe() {
   make_ids
   local gap configs b
-  for b in ${AOTC_PROBE_BATCHES:-1}; do
+  for b in $PROBE_BATCHES; do
     for gap in 0 200; do
       echo "== aotc-run --gap-us $gap, batch $b"
-      AOTC_CUDA_TIMING=1000 aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b$b.npy --bench 3000 --warmup 300 \
+      AOTC_CUDA_TIMING=$CUDA_TIMING aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b$b.npy --bench 3000 --warmup 300 \
         --gap-us $gap 2>&1 | grep -E '^bench:|cuda timing' | tail -3
     done
-    for configs in ${AOTC_PROBE_CONFIGS:-default runner,default,unbatched}; do
+    for configs in $PROBE_CONFIGS; do
       echo "== aotc-server, configs $configs, batch $b, concurrency 1"
-      AOTC_CUDA_TIMING=1000 "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch $b \
+      AOTC_CUDA_TIMING=$CUDA_TIMING "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch $b \
         --configs $configs --rounds 2 --seconds 3 --server-log "$OUT/probe_server_${configs}_b$b.log" \
         --out "$OUT/probe_${configs}_b$b.md" || return 1
       grep "cuda timing" "$OUT/probe_server_${configs}_b$b.log" | tail -5
-      if [ -n "${AOTC_PROBE_BUSY_POLL_US:-}" ]; then
-        echo "== the same, aotc-server --busy-poll-us $AOTC_PROBE_BUSY_POLL_US"
-        AOTC_CUDA_TIMING=1000 "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch $b \
-          --configs $configs --rounds 2 --seconds 3 --busy-poll-us "$AOTC_PROBE_BUSY_POLL_US" \
+      if [ -n "$PROBE_BUSY_POLL_US" ]; then
+        echo "== the same, aotc-server --busy-poll-us $PROBE_BUSY_POLL_US"
+        AOTC_CUDA_TIMING=$CUDA_TIMING "$PY" bench/server_phases.py --package "$PKGS/bert_base.pt2" --batch $b \
+          --configs $configs --rounds 2 --seconds 3 --busy-poll-us "$PROBE_BUSY_POLL_US" \
           --server-log "$OUT/probe_server_${configs}_b${b}_busy.log" --out "$OUT/probe_${configs}_b${b}_busy.md" || return 1
         grep "cuda timing" "$OUT/probe_server_${configs}_b${b}_busy.log" | tail -5
       fi
@@ -365,7 +427,7 @@ probe() {
   done
 }
 # batching: bench/batching.py, BERT batch-1 requests at concurrency 32, batched against unbatched, for the
-# default package and each extra export of it (AOTC_EXTRA_EXPORTS), side by side in one server
+# default package and each extra export of it (--extra-export), side by side in one server
 batching() {
   local args="--package default=$PKGS/bert_base.pt2" f
   for f in "$EXTRA"/bert_base_*.pt2; do
@@ -392,12 +454,12 @@ for s in $STAGES; do
     batching) wait_eb; stage batching "$OUT/batching.log" batching ;;
     check) stage check "$OUT/export.log" check_packages ;;
     test)
-      [ -z "${AOTC_EB_GPU:-}" ] && wait_eb  # without a GPU of its own, the benchmark must not share one
-      stage test "$OUT/pytest.log" env ${AOTC_TEST_GPU:+CUDA_VISIBLE_DEVICES=$AOTC_TEST_GPU} \
-        timeout "${AOTC_TEST_TIMEOUT_S:-340}" "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs \
-        ${AOTC_TEST_ARGS:-tests} ;;
+      [ -z "$EB_GPU" ] && wait_eb  # without a GPU of its own, the benchmark must not share one
+      stage test "$OUT/pytest.log" env ${TEST_GPU:+CUDA_VISIBLE_DEVICES=$TEST_GPU} \
+        timeout "$TEST_TIMEOUT_S" "$PY" -m pytest -m cuda -q -p no:cacheprovider --timeout=120 -rs \
+        $TEST_ARGS ;;
     multi) wait_eb; stage multi "$OUT/multi.log" multi ;;
-    bench) [ -z "${AOTC_EB_GPU:-}" ] && wait_eb; stage bench "$OUT/bench.log" bench ;;
+    bench) [ -z "$EB_GPU" ] && wait_eb; stage bench "$OUT/bench.log" bench ;;
   esac
 done
 wait_eb
