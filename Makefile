@@ -38,9 +38,11 @@ $(VENV)/.deps-stamp: $(PY) pyproject.toml Makefile
 
 deps: $(VENV)/.apt-stamp $(VENV)/.deps-stamp
 
-# Editable install: Python code runs from the source tree; scikit-build-core compiles the C++ runtime
-# (incrementally, in $(BUILD_DIR)) and installs aotc-run, aotc-server and aotc._runtime into the venv.
+# Editable installs: Python code runs from the source tree. The client (python_client/, package aotc-client)
+# installs on its own first; then scikit-build-core compiles the C++ runtime (incrementally, in $(BUILD_DIR))
+# and installs aotc, aotc-run, aotc-server and aotc._runtime into the venv.
 build: deps
+	$(PIP) install -q --no-deps -e python_client
 	$(PIP) install -q --no-build-isolation --no-deps -e . \
 	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.CMAKE_PREFIX_PATH=$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)')
 

@@ -1,4 +1,4 @@
-"""aotc_client's pure parts: parity comparison, specs and random inputs, the server-side wire codec.
+"""aotc_client's pure parts (parity comparison, specs and random inputs) and the FastAPI server's wire codec.
 No server and no torch: these run in milliseconds."""
 
 import gzip
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from aotc_client import dtypes, wire
+from aotc import wire
+from aotc_client import dtypes
 from aotc_client.compare import assert_close, compare_array
 from aotc_client.errors import AotcError, ParityError, RequestError
 from aotc_client.specs import TensorSpec, random_inputs, range_sizes, specs_from_metadata
@@ -136,7 +137,7 @@ def test_decompress_limits_and_encodings():
 
 
 def test_client_package_needs_no_torch_and_no_aotc():
-    code = ("import sys, aotc_client, aotc_client.client, aotc_client.bench, aotc_client.wire, aotc_client.compare;"
+    code = ("import sys, aotc_client, aotc_client.client, aotc_client.bench, aotc_client.cli, aotc_client.compare;"
             "bad = [m for m in sys.modules if m == 'torch' or m == 'aotc' or m.startswith(('torch.', 'aotc.'))];"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from aotc_client import wire
+from aotc import wire
 from aotc_client.errors import RequestError
 
 from aotc.shm_regions import SharedMemoryRegions

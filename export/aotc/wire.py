@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import dtypes
-from .errors import RequestError
-from .specs import TensorSpec
+from aotc_client import dtypes
+from aotc_client.errors import RequestError
+from aotc_client.specs import TensorSpec
 
 MAX_DIMS = 16
 

@@ -4,8 +4,8 @@
   specs.py    TensorSpec, random valid inputs across a model's dynamic range
   compare.py  dtype-aware parity: abs(a-b) <= atol + rtol*abs(b)
   dtypes.py   manifest dtype names <-> protocol datatypes <-> numpy
-  wire.py     the protocol's request/response bodies on the server side (used by the FastAPI server)
   bench.py    `aotc bench`: closed-loop async load generator
+  cli.py      the parser of `aotc bench` (also the `aotc-bench` command of the client alone)
 """
 
 from .errors import AotcError, ParityError, ServerError  # noqa: F401
