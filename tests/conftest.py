@@ -28,7 +28,8 @@ DATA = Path(__file__).resolve().parent / "data"
 # The sources whose change changes what `aotc export` writes. The embedding-bag rewrite only matters to
 # model files that use nn.EmbeddingBag, so editing it does not re-export every other package.
 _EXPORTER_SOURCES = ("load_model.py", "export.py", "compile.py", "package.py", "parity.py", "pipeline.py",
-                     "report.py", "loader.py", "rewrite/__init__.py")
+                     "report.py", "loader.py", "manifest.py", "cli", "rewrite/__init__.py",
+                     "../../python_client/aotc_client/compare.py", "../../python_client/aotc_client/specs.py")
 _REWRITE_SOURCES = ("rewrite", "kernels")
 
 
@@ -153,10 +154,10 @@ def read_samples(package: Path) -> list[tuple[list, list]]:
     """The samples stored in a package, as numpy arrays: [(inputs, outputs), ...] in manifest order."""
     import numpy as np
 
-    from aotc.loader import read_manifest
+    from aotc.manifest import read
 
-    manifest = read_manifest(str(package))
+    manifest = read(str(package))
     with zipfile.ZipFile(package) as zf:
         root = zf.namelist()[0].split("/")[0]
         load = lambda p: np.load(io.BytesIO(zf.read(f"{root}/{p}")), allow_pickle=False)  # noqa: E731
-        return [([load(p) for p in s["inputs"]], [load(p) for p in s["outputs"]]) for s in manifest["samples"]]
+        return [([load(p) for p in s.inputs], [load(p) for p in s.outputs]) for s in manifest.samples]

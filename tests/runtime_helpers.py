@@ -93,12 +93,12 @@ def so_name(pkg: Path) -> str:
         return next(n.partition("/")[2] for n in zf.namelist() if n.endswith(".so"))
 
 
-def assert_close(got: np.ndarray, want: np.ndarray, tol: dict, what: str) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}")
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    bad = ~(np.abs(a - b) <= tol["atol"] + tol["rtol"] * np.abs(b))
-    assert not bad.any(), f"{what}: {int(bad.sum())} elements off, max abs err {np.abs(a - b).max():.3g}"
+def assert_close(got: np.ndarray, want: np.ndarray, tol, what: str) -> None:
+    """`got` within the manifest's tolerance (an aotc.manifest.Tolerance) of `want`, by aotc's parity rule."""
+    from aotc_client.compare import compare_array
+
+    c = compare_array(what, got, want, tol.atol, tol.rtol)
+    assert c.ok, c.line()
 
 
 def one_line_error(stderr: str, prefix: str = "aotc-run: error: ") -> str:

@@ -189,12 +189,12 @@ def _run_package(path, inputs):
 def test_recommendation_model_package(export_package, args):
     """Through AOTInductor: the manifest records the choice, and the package matches eager on fresh inputs."""
     from aotc.load_model import import_file
-    from aotc.loader import read_manifest
+    from aotc.manifest import read
 
     rec = import_file(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "embedding_bag.py"))
 
     path = export_package("models/embedding_bag.py", *args)
-    rewrites = read_manifest(str(path))["rewrites"]["embedding_bag"]
+    rewrites = read(str(path)).rewrites["embedding_bag"]
     if args:
         assert rewrites["lowering"] == args[1]
     else:
@@ -238,12 +238,12 @@ def test_lowerings_through_aoti_on_cuda(choice, tmp_path):
 def test_recommendation_model_cuda_triton_package(export_package):
     """`aotc export --device cuda --embedding-bag triton`: accepted (no Python ops) and equal to eager."""
     from aotc.load_model import import_file
-    from aotc.loader import read_manifest
+    from aotc.manifest import read
 
     rec = import_file(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "models" / "embedding_bag.py"))
 
     path = export_package("models/embedding_bag.py", "--device", "cuda", "--embedding-bag", "triton")
-    assert read_manifest(str(path))["rewrites"]["embedding_bag"]["lowering"] == "triton"
+    assert read(str(path)).rewrites["embedding_bag"]["lowering"] == "triton"
     model = rec.model().cuda()
     for batch, seed in ((1, 7), (200, 8)):
         inputs = tuple(x.cuda() for x in rec.make_inputs(batch=batch, max_bag=30, seed=seed))

@@ -7,7 +7,9 @@ Each test starts its own server (bench/launch.py).
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -72,17 +74,34 @@ def test_bad_device_and_thread_flags_exit_with_one_line(flags, message):
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
-def test_aotc_serve_passes_the_device_and_thread_flags():
-    from aotc.cli import build_parser
+def test_aotc_serve_passes_every_flag_to_aotc_server(tmp_path):
     from aotc.serve import server_argv
 
-    argv = server_argv(build_parser().parse_args(
-        ["serve", "repo", "--intra-op-threads", "2", "--device-index", "1", "--no-cuda-graphs",
-         "--allow-shared-memory", "--busy-poll-us", "500"]))
-    assert argv[argv.index("--intra-op-threads") + 1] == "2" and argv[argv.index("--device-index") + 1] == "1"
-    assert "--no-cuda-graphs" in argv and "--allow-shared-memory" in argv
-    assert argv[argv.index("--busy-poll-us") + 1] == "500"
-    argv = server_argv(build_parser().parse_args(["serve", "repo"]))
-    assert not {"--intra-op-threads", "--device-index", "--no-cuda-graphs", "--allow-shared-memory",
-                "--busy-poll-us"} & set(argv)
+    argv = server_argv([str(tmp_path), "--intra-op-threads", "2", "--device-index", "1", "--no-cuda-graphs",
+                        "--allow-shared-memory", "--busy-poll-us", "500", "--http-threads=8"])
+    assert argv[1:] == ["--model-repository", str(tmp_path), "--intra-op-threads", "2", "--device-index", "1",
+                        "--no-cuda-graphs", "--allow-shared-memory", "--busy-poll-us", "500", "--http-threads=8"]
+    assert server_argv([str(tmp_path)])[1:] == ["--model-repository", str(tmp_path)]
+    assert server_argv(["--model-repository", str(tmp_path)])[1:] == ["--model-repository", str(tmp_path)]
 
+
+def test_aotc_serve_help_is_aotc_server_help():
+    r = subprocess.run([sys.executable, "-m", "aotc.cli", "serve", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    own = subprocess.run([str(server_binary()), "--help"], capture_output=True, text=True, timeout=30).stdout
+    flags = set(re.findall(r"^\s+(--[a-z-]+)", own, re.M))
+    assert r.returncode == 0 and len(flags) >= 14, (r.stderr, own)
+    assert flags <= set(re.findall(r"--[a-z-]+", r.stdout)) and own in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve"], "aotc: error: aotc serve needs a model repository first"),
+    (["serve", "--http-port", "0"], "aotc: error: aotc serve needs a model repository first"),
+    (["serve", "no/such/dir"], "aotc: error: model repository 'no/such/dir' is not a directory"),
+    (["serve", ".", "--bogus"], "aotc-server: error: unknown option '--bogus'; see --help"),
+    (["serve", ".", "--http-port", "x"], "aotc-server: error: --http-port expects an integer in 0..65535, got 'x'"),
+])
+def test_aotc_serve_refuses_with_one_line(argv, message):
+    r = subprocess.run([sys.executable, "-m", "aotc.cli", *argv], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith(message), r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
