@@ -1,9 +1,10 @@
 // The wire codec: the Open Inference Protocol's JSON (and the binary tensor extension) <-> native types.
 //
-// The only file that sees JSON (RapidJSON stays behind codec.cpp). Parsers validate shape against the bytes
-// actually present and throw ServeError(400) with one line saying what was wrong and what was expected; they
-// never size an allocation from a client's claim before checking it against the body. Pure functions:
-// thread-safe, no state.
+// The only interface that sees JSON: RapidJSON stays behind codec_infer.cpp (inference, shared memory) and
+// codec_admin.cpp (config, statistics, metadata), which share codec_json.h. Parsers validate shape against
+// the bytes actually present and throw ServeError(400) with one line saying what was wrong and what was
+// expected; they never size an allocation from a client's claim before checking it against the body. Pure
+// functions: thread-safe, no state.
 #pragma once
 
 #include <string>
@@ -15,6 +16,8 @@
 namespace aotc::server::codec {
 
 constexpr int kMaxJsonDepth = 64;
+
+// ---- inference and shared memory (codec_infer.cpp) ----
 
 // Parses an infer request whose JSON header is body[0, json_length) and whose binary blobs follow it.
 // Fills everything but `model`/`version`.
@@ -30,6 +33,7 @@ SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view 
 // GET /v2/systemsharedmemory[/region/{name}]/status: [{"name", "key", "offset", "byte_size"}, ...]
 std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions);
 
+// ---- the admin answers (codec_admin.cpp) ----
 // DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field.
 ModelConfig parse_model_config(const std::string& text);
 
