@@ -1,14 +1,16 @@
-// HttpServer (http.h): the only file that includes Boost.Beast.
+// HttpServer (http.h): the listening socket, the connection pool and each connection's request loop. With
+// http_socket.h (the socket as Beast's stream) and http_message.{h,cpp} (Beast's messages <-> Routes'), the
+// only files that include Boost.Beast.
 //
 // Beast parses requests and serializes answers; the sockets are ours. Each connection thread reads and writes
-// its socket directly (Socket below: a non-blocking socket as Beast's synchronous stream, which tries the
+// its socket directly (wire::Socket: a non-blocking socket as Beast's synchronous stream, which tries the
 // system call first and waits in poll() only when it would block), so a small request that has arrived whole
 // costs one read, and an answer goes out in one gathered write: the status line and headers, the JSON
-// header and the output tensors' bytes straight from the tensors (PiecesBody), with no copy into a body.
+// header and the output tensors' bytes straight from the tensors (wire::PiecesBody), with no copy into a body.
 //
-// What to answer is Routes' business (routes.h); this file turns the wire into an HttpRequest and a Reply
-// back into the wire. A request Beast cannot parse gets a 4xx naming what was wrong, and its connection is
-// closed after the answer.
+// What to answer is Routes' business (routes.h); http_message.cpp turns the wire into an HttpRequest and a
+// Reply back into the wire. A request Beast cannot parse gets a 4xx naming what was wrong, and its
+// connection is closed after the answer.
 #include "http.h"
 
 #include <netinet/in.h>
@@ -16,14 +18,12 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
 
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -32,198 +32,17 @@
 #include <mutex>
 #include <thread>
 
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
-#include "codec.h"
+#include "http_message.h"
+#include "http_socket.h"
 #include "routes.h"
 
 namespace aotc::server {
+
+using namespace wire;
+
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace net = boost::asio;
-
-constexpr int kReadTimeoutMs = 30000;   // once a request has begun, each wait for more of it
-constexpr int kWriteTimeoutMs = 30000;  // each wait for room to write the answer
-constexpr size_t kHeaderLimit = 64 << 10;
 constexpr size_t kReadChunk = 64 << 10;
-
-// A connected socket as Beast's SyncReadStream and SyncWriteStream. The socket is non-blocking: each call
-// tries recv/sendmsg first and polls only when it would block, failing with beast::error::timeout after
-// timeout_ms of no progress. Owns the descriptor.
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() { ::close(fd_); }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd() const { return fd_; }
-  int timeout_ms = kReadTimeoutMs;
-
-  template <class Buffers>
-  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
-    ec = {};
-    iovec iov[kMaxPieces];
-    int n = to_iovec(buffers, iov);
-    for (;;) {
-      ssize_t got = ::readv(fd_, iov, n);
-      if (got > 0) return static_cast<size_t>(got);
-      if (got == 0) {
-        ec = net::error::eof;
-        return 0;
-      }
-      if (!wait_or_fail(POLLIN, ec)) return 0;
-    }
-  }
-  template <class Buffers>
-  size_t read_some(const Buffers& buffers) {
-    return or_throw([&](beast::error_code& ec) { return read_some(buffers, ec); });
-  }
-
-  template <class Buffers>
-  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
-    ec = {};
-    iovec iov[kMaxPieces];
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = to_iovec(buffers, iov);
-    for (;;) {
-      ssize_t sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
-      if (sent >= 0) return static_cast<size_t>(sent);
-      if (!wait_or_fail(POLLOUT, ec)) return 0;
-    }
-  }
-  template <class Buffers>
-  size_t write_some(const Buffers& buffers) {
-    return or_throw([&](beast::error_code& ec) { return write_some(buffers, ec); });
-  }
-
- private:
-  static constexpr int kMaxPieces = 64;  // more than any answer has (headers, JSON, one piece per output)
-
-  // The throwing form of a call that reports through an error_code (Beast's streams offer both).
-  template <class Call>
-  static size_t or_throw(Call call) {
-    beast::error_code ec;
-    size_t n = call(ec);
-    if (ec) throw beast::system_error(ec);
-    return n;
-  }
-
-  template <class Buffers>
-  static int to_iovec(const Buffers& buffers, iovec* iov) {
-    int n = 0;
-    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers) && n < kMaxPieces;
-         ++it) {
-      auto b = *it;
-      if (b.size() == 0) continue;
-      iov[n].iov_base = const_cast<void*>(static_cast<const void*>(b.data()));
-      iov[n].iov_len = b.size();
-      ++n;
-    }
-    return n;
-  }
-
-  // After a call failed with errno: true to try again (EINTR, or the socket became ready), false with ec set.
-  bool wait_or_fail(short events, beast::error_code& ec) {
-    if (errno == EINTR) return true;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      ec.assign(errno, beast::system_category());
-      return false;
-    }
-    pollfd p{fd_, events, 0};
-    int rc = ::poll(&p, 1, timeout_ms);
-    if (rc > 0 || (rc < 0 && errno == EINTR)) return true;
-    ec = rc == 0 ? beast::error::timeout : beast::error_code(errno, beast::system_category());
-    return false;
-  }
-
-  int fd_;
-};
-
-// An answer body written as it lies: a list of byte ranges (JSON text, views of output tensors) handed to
-// one gathered write. Beast's Body concept, serialization only.
-struct PiecesBody {
-  using value_type = std::vector<Bytes>;
-
-  static std::uint64_t size(const value_type& pieces) {
-    std::uint64_t n = 0;
-    for (const Bytes& p : pieces) n += p.size();
-    return n;
-  }
-
-  class writer {
-   public:
-    using const_buffers_type = std::vector<net::const_buffer>;
-    template <bool isRequest, class Fields>
-    writer(const http::header<isRequest, Fields>&, const value_type& pieces) : pieces_(pieces) {}
-    void init(beast::error_code& ec) { ec = {}; }
-    boost::optional<std::pair<const_buffers_type, bool>> get(beast::error_code& ec) {
-      ec = {};
-      if (done_) return boost::none;
-      done_ = true;
-      const_buffers_type out;
-      for (const Bytes& p : pieces_)
-        if (p.size()) out.emplace_back(p.data(), p.size());
-      return std::make_pair(std::move(out), false);
-    }
-
-   private:
-    const value_type& pieces_;
-    bool done_ = false;
-  };
-};
-
-using Request = http::request<http::string_body>;
-using Response = http::response<PiecesBody>;
-
-// The request path without its query, percent-decoded; nullopt when an escape is malformed.
-std::optional<std::string> request_path(std::string_view target) {
-  target = target.substr(0, target.find('?'));
-  std::string path;
-  path.reserve(target.size());
-  for (size_t i = 0; i < target.size(); ++i) {
-    if (target[i] != '%') {
-      path += target[i];
-      continue;
-    }
-    if (i + 2 >= target.size() || !std::isxdigit(static_cast<unsigned char>(target[i + 1])) ||
-        !std::isxdigit(static_cast<unsigned char>(target[i + 2])))
-      return std::nullopt;
-    path += static_cast<char>(std::stoi(std::string(target.substr(i + 1, 2)), nullptr, 16));
-    i += 2;
-  }
-  return path;
-}
-
-// The answer to a request Beast could not read: status and message, or status 0 for "close quietly"
-// (the client went away or never sent a byte).
-std::pair<int, std::string> read_failure(const beast::error_code& ec, size_t body_limit) {
-  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
-      ec == net::error::broken_pipe)
-    return {0, ""};
-  if (ec == http::error::body_limit)
-    return {413, "request body is larger than --max-body-bytes " + std::to_string(body_limit)};
-  if (ec == http::error::header_limit)
-    return {431, "request line and headers exceed " + std::to_string(kHeaderLimit) + " bytes"};
-  if (ec == beast::error::timeout) return {408, "the request did not arrive in time"};
-  if (ec == http::error::partial_message)
-    return {400, "the request ended before its body did (Content-Length or chunks promised more)"};
-  return {400, "malformed HTTP request: " + ec.message()};
-}
-
-// The wire form of a Reply: status, Content-Type, the binary-tensor and coding headers, the body pieces.
-Response to_response(Reply reply, unsigned version) {
-  Response res(static_cast<http::status>(reply.status), version);
-  res.set(http::field::content_type, reply.content_type);
-  if (reply.header_length) res.set("Inference-Header-Content-Length", std::to_string(*reply.header_length));
-  if (!reply.content_encoding.empty()) res.set(http::field::content_encoding, reply.content_encoding);
-  res.body() = std::move(reply.body);
-  res.prepare_payload();
-  return res;
-}
 
 }  // namespace
 
@@ -249,21 +68,11 @@ struct HttpServer::Impl {
     if (stop_fd >= 0) ::close(stop_fd);
   }
 
-  Response dispatch(const Request& req);
   void connection_thread();
   void serve_connection(int fd);
   bool wait_for_request(int fd);
   void write_error_and_close(Socket& sock, unsigned version, int status, const std::string& message);
 };
-
-Response HttpServer::Impl::dispatch(const Request& req) {
-  std::optional<std::string> path = request_path(req.target());
-  Reply reply = path ? routes.answer(HttpRequest{std::string(req.method_string()), *path,
-                                                 [&req](std::string_view name) { return std::string(req[name]); },
-                                                 req.body()})
-                     : error_reply(400, "the request path '" + std::string(req.target()) + "' has a malformed %-escape");
-  return to_response(std::move(reply), req.version());
-}
 
 // Waits until the connection's next request begins (bytes to read) or it should close: idle past the
 // keep-alive timeout, or stop() with nothing sent. A request already arriving at stop() is still served.
@@ -330,7 +139,7 @@ void HttpServer::Impl::serve_connection(int fd) {
       return;
     }
     const Request& req = parser.get();
-    Response res = dispatch(req);
+    Response res = answer(routes, req);
     bool keep = req.keep_alive() && ++served < options.keep_alive_max_requests && !stopping;
     res.keep_alive(keep);
     sock.timeout_ms = kWriteTimeoutMs;

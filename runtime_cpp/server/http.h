@@ -1,5 +1,6 @@
 // The HTTP front end of aotc-server: the listening socket, the connection pool, HTTP/1.1 on the wire. What to
-// answer is Routes' (routes.h). Boost.Beast stays behind http.cpp; nothing here exposes it.
+// answer is Routes' (routes.h). Boost.Beast stays behind http.cpp, http_message.{h,cpp} and http_socket.h;
+// nothing here exposes it.
 //
 // Ownership: the HttpServer borrows the Repository (which must outlive it). Threads: one accept thread
 // (the caller of serve()) and a pool of options.http_threads connection threads; an open keep-alive
