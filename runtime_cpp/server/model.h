@@ -1,4 +1,5 @@
-// One loaded model version: an aotc::Session behind byte tensors, so nothing else in the server sees ATen.
+// One loaded model version: an aotc::Session behind byte tensors (RunnableModel, runnable.h), so nothing else
+// in the server sees ATen.
 //
 // Ownership: a Model owns its Session. Blocking: open() loads the package (seconds); run() blocks for one
 // model call. Thread-safety: info() and run() may be called from any number of threads; at most
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runnable.h"
 #include "types.h"
 
 namespace aotc {
@@ -40,28 +42,18 @@ std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
 // Throws ServeError(503) with the one-line reason when the manifest cannot be read.
 std::string package_device(const std::string& path);
 
-class Model {
+// The ATen-backed RunnableModel: an aotc::Session over a .pt2 package.
+class Model : public RunnableModel {
  public:
   // Opens and verifies the package. Throws ServeError(503) carrying the one-line reason it cannot load.
   static std::unique_ptr<Model> open(const std::string& path, const std::string& name, const std::string& version,
                                      const LoadOptions& options);
-  ~Model();
+  ~Model() override;
 
-  const ModelInfo& info() const { return info_; }
-  double load_seconds() const { return load_seconds_; }
-
-  // Runs inputs given in the manifest's order, already validated against info(). Throws ServeError:
-  // 400 when the runtime refuses the inputs, 500 when the model itself fails.
-  // `wanted`: the outputs to return, by manifest index (empty: all); the others come back with no bytes.
-  // `sinks`: rows of outputs to write into the sinks' memory during the call (a CUDA model: straight from the
-  // device); sets each OutputSink::written. Rows written there are unspecified in the returned tensor.
-  struct RowSink {
-    OutputSink* sink;   // which output, where, how many bytes; borrowed for the call
-    int64_t row = 0;    // the first row of the batch it takes
-    int64_t rows = -1;  // how many; -1: all of them
-  };
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted = {},
-                          const std::vector<RowSink>& sinks = {}) const;
+  const ModelInfo& info() const override { return info_; }
+  double load_seconds() const override { return load_seconds_; }
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
+                          const std::vector<RowSink>& sinks) const override;
 
  private:
   Model() = default;

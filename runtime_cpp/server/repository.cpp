@@ -17,6 +17,7 @@
 
 #include "codec.h"
 #include "instances.h"
+#include "model.h"
 
 namespace aotc::server {
 

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "codec.h"
+#include "model.h"
 #include "service.h"
 
 namespace aotc::server {

@@ -1,26 +1,22 @@
-// Scheduler (scheduler.h): queue, batch forming, concatenation along dim 0 and splitting of outputs.
+// Scheduler (scheduler.h): the queue, batch forming and the runners; each batch's steps are batch.cpp's.
 //
 // Runners wait on one condition variable; each forms a batch from the head of the queue and the queued
-// requests compatible with it (same trailing dims), in arrival order. Concatenation is a byte append because
-// tensors are row-major with the batch dim first. A request cancelled by its timeout is skipped; one already
-// taken by a runner is always answered.
+// requests compatible with it (same trailing dims), in arrival order. A request cancelled by its timeout is
+// skipped; one already taken by a runner is always answered.
 #include "scheduler.h"
 
 #include <algorithm>
 
+#include "batch.h"
+
 namespace aotc::server {
 
 struct Scheduler::Job {
-  std::vector<Tensor> inputs;
-  std::vector<bool> wanted;  // outputs to return, by manifest index; empty: all
-  std::vector<OutputSink> sinks;
-  int64_t rows = 1;
-  Clock::time_point enqueued;
+  BatchRequest request;
   std::atomic<int> state{0};  // 0 queued, 1 taken by a runner, 2 cancelled by its timeout
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
-  std::vector<Tensor> outputs;
   std::optional<ServeError> error;
 };
 
@@ -70,11 +66,12 @@ Scheduler::~Scheduler() {
 std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
                                      std::vector<bool> wanted, std::vector<OutputSink> sinks) {
   auto job = std::make_shared<Job>();
-  job->sinks = std::move(sinks);
-  job->rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
-  job->inputs = std::move(inputs);
-  job->wanted = std::move(wanted);
-  job->enqueued = Clock::now();
+  BatchRequest& r = job->request;
+  r.sinks = std::move(sinks);
+  r.rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
+  r.inputs = std::move(inputs);
+  r.wanted = std::move(wanted);
+  r.enqueued = Clock::now();
   bool run_inline = false;  // on instance 0, which is idle like every other
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -107,7 +104,7 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
 
   std::unique_lock<std::mutex> jl(job->m);
   if (timeout_us && *timeout_us >= 0) {
-    auto deadline = job->enqueued + std::chrono::microseconds(*timeout_us);
+    auto deadline = r.enqueued + std::chrono::microseconds(*timeout_us);
     if (!job->cv.wait_until(jl, deadline, [&] { return job->done; })) {
       int queued = 0;
       if (job->state.compare_exchange_strong(queued, 2)) {
@@ -121,14 +118,14 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
   job->cv.wait(jl, [&] { return job->done; });
   --pending_;
   std::lock_guard<std::mutex> sl(stats_mu_);
-  uint64_t total = ns_between(job->enqueued, Clock::now());
+  uint64_t total = ns_between(r.enqueued, Clock::now());
   if (job->error) {
     stats_.fail.add(total);
     ++stats_.failures_by_reason[job->error->status() == 400 ? "REJECTED" : "BACKEND"];
     throw *job->error;
   }
   stats_.success.add(total);
-  return std::move(job->outputs);
+  return std::move(r.outputs);
 }
 
 void Scheduler::record_failure(const std::string& reason) {
@@ -176,13 +173,13 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
     if (!batching()) break;
     available = 0;
     for (const auto& j : queue_)
-      if (j->state.load() == 0 && compatible(head->inputs, j->inputs) &&
-          available + j->rows <= config_.max_batch_size)
-        available += j->rows;
+      if (j->state.load() == 0 && compatible(head->request.inputs, j->request.inputs) &&
+          available + j->request.rows <= config_.max_batch_size)
+        available += j->request.rows;
     if (available == 0) break;  // the head alone exceeds max_batch_size: it runs alone
     // Waiting only pays while another batch runs: its requesters are likely to send again soon, and with
     // every instance idle a wait would just add the delay to a lone request (concurrency 1).
-    auto deadline = head->enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
+    auto deadline = head->request.enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
     const auto& pref = config_.preferred_batch_sizes;
     bool ready = available >= full || stop_ || all_idle() || Clock::now() >= deadline ||
                  std::find(pref.begin(), pref.end(), available) != pref.end();
@@ -198,10 +195,11 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
   int64_t rows = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto& j = *it;
-    bool fits = jobs.empty() || (batching() && compatible(head->inputs, j->inputs) && rows + j->rows <= limit);
+    bool fits = jobs.empty() || (batching() && compatible(head->request.inputs, j->request.inputs) &&
+                                  rows + j->request.rows <= limit);
     int queued = 0;
     if (fits && j->state.compare_exchange_strong(queued, 1)) {
-      rows += j->rows;
+      rows += j->request.rows;
       jobs.push_back(j);
       it = queue_.erase(it);
       if (!batching()) break;
@@ -215,110 +213,14 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
 }
 
 void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs) {
-  auto t0 = Clock::now();
-  int64_t total = 0;
-  for (const auto& j : jobs) total += j->rows;
-  std::vector<Tensor> outputs;
-  std::optional<ServeError> error;
-  Clock::time_point t1 = t0, t2 = t0;
-  // The outputs any of the batch's requests wants (empty: all)
-  std::vector<bool> wanted = jobs[0]->wanted;
-  for (const auto& j : jobs) {
-    if (j->wanted.empty()) {
-      wanted.clear();
-      break;
-    }
-    for (size_t o = 0; o < j->wanted.size() && o < wanted.size(); ++o) wanted[o] = wanted[o] || j->wanted[o];
-  }
-  try {
-    std::vector<Tensor> inputs;
-    if (jobs.size() == 1) {
-      inputs = std::move(jobs[0]->inputs);
-    } else {
-      inputs = jobs[0]->inputs;
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        inputs[i].shape[0] = total;
-        size_t size = 0;
-        for (const auto& j : jobs) size += j->inputs[i].bytes.size();
-        std::string batch;
-        batch.reserve(size);
-        for (const auto& j : jobs) batch.append(j->inputs[i].bytes.data(), j->inputs[i].bytes.size());
-        inputs[i].bytes = Bytes(std::move(batch));
-      }
-    }
-    // Each request's sinks take its rows of the batch (all of them when it runs alone).
-    std::vector<Model::RowSink> sinks;
-    int64_t row = 0;
-    for (auto& j : jobs) {
-      for (auto& s : j->sinks) sinks.push_back({&s, jobs.size() == 1 ? 0 : row, jobs.size() == 1 ? -1 : j->rows});
-      row += j->rows;
-    }
-    t1 = Clock::now();
-    outputs = instances_[instance].model->run(inputs, wanted, sinks);
-    t2 = Clock::now();
-    if (jobs.size() == 1) {
-      jobs[0]->outputs = std::move(outputs);
-    } else {
-      for (auto& j : jobs) j->outputs.resize(outputs.size());
-      for (size_t o = 0; o < outputs.size(); ++o) {
-        const Tensor& t = outputs[o];
-        if (o < wanted.size() && !wanted[o]) {  // no request of this batch asked for it: nothing to split
-          for (auto& j : jobs) j->outputs[o].name = t.name;
-          continue;
-        }
-        if (t.shape.empty() || t.shape[0] != total)
-          throw ServeError(500, "output '" + t.name + "' has shape " + shape_str(t.shape) +
-                                    ", expected the batch of " + std::to_string(total) + " rows first");
-        size_t row_bytes = total ? t.bytes.size() / static_cast<size_t>(total) : 0;
-        size_t offset = 0;
-        for (auto& j : jobs) {
-          Tensor piece;
-          piece.name = t.name;
-          piece.type = t.type;
-          piece.shape = t.shape;
-          piece.shape[0] = j->rows;
-          size_t n = row_bytes * static_cast<size_t>(j->rows);
-          piece.bytes = t.bytes.slice(offset, n);  // shares the batch's output buffer
-          offset += n;
-          j->outputs[o] = std::move(piece);
-        }
-      }
-    }
-    // Outputs the call wrote into a request's sink are read from there: the rows in the batch's tensor are
-    // unspecified.
-    for (auto& j : jobs)
-      for (const auto& s : j->sinks)
-        if (s.written && s.output < j->outputs.size()) {
-          Tensor& t = j->outputs[s.output];
-          t.bytes = Bytes(s.data, s.data.get(), t.bytes.size());
-        }
-  } catch (const ServeError& e) {
-    error = e;
-  } catch (const std::exception& e) {
-    error = ServeError(500, std::string("the scheduler failed: ") + e.what());
-  }
-  auto t3 = Clock::now();
+  Batch batch;
+  batch.reserve(jobs.size());
+  for (auto& j : jobs) batch.push_back(&j->request);
+  BatchTimes times;
+  std::optional<ServeError> error = run_batch(*instances_[instance].model, batch, times);
   {
     std::lock_guard<std::mutex> sl(stats_mu_);
-    ++stats_.execution_count;
-    ++stats_.instances[instance].execution_count;
-    if (!error) {
-      stats_.inference_count += static_cast<uint64_t>(total);
-      stats_.instances[instance].inference_count += static_cast<uint64_t>(total);
-      stats_.last_inference_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                           std::chrono::system_clock::now().time_since_epoch())
-                                                           .count());
-      auto& b = stats_.batch_stats[total];
-      b.compute_input.add(ns_between(t0, t1));
-      b.compute_infer.add(ns_between(t1, t2));
-      b.compute_output.add(ns_between(t2, t3));
-      for (const auto& j : jobs) {
-        stats_.queue.add(ns_between(j->enqueued, t0));
-        stats_.compute_input.add(ns_between(t0, t1));
-        stats_.compute_infer.add(ns_between(t1, t2));
-        stats_.compute_output.add(ns_between(t2, t3));
-      }
-    }
+    record_batch(stats_, instance, batch, times, !error);
   }
   for (auto& j : jobs) {
     std::lock_guard<std::mutex> jl(j->m);

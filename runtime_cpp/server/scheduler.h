@@ -1,18 +1,17 @@
 // The per-model-version scheduler: a request queue in front of a model's instances, with dynamic batching.
 //
-// Ownership: a Scheduler shares its Models (shared_ptr; instances on one device share one Model) and owns one
-// runner thread per instance. The next free instance takes the next batch formed from the one shared queue.
-// Requests whose trailing dims agree are concatenated along the manifest's batch dim (dim 0) up to
-// max_batch_size, then the outputs are split back by rows. A batch waits for more requests (at most
-// max_queue_delay_us after the oldest one arrived; a preferred batch size goes at once) only while another
-// batch of this model is executing; with every instance idle, a runner takes what is queued at once. A request
-// that finds nothing queued and every instance idle runs on the calling thread (no hand-off to a runner) when
-// the config's run_inline_when_idle allows it (the default). A CUDA
-// package replayed as CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set,
-// batches are then cut to the largest bucket the queue fills (the rest waits for the next batch), so no rows
-// are padded. Blocking: infer() blocks the calling thread until its answer is ready. Thread-safety: every
-// public method may be called from any thread. The destructor answers everything already queued, then joins
-// the runners.
+// Ownership: a Scheduler shares its models (shared_ptr to a RunnableModel, runnable.h; instances on one device
+// share one model) and owns one runner thread per instance. The next free instance takes the next batch formed
+// from the one shared queue. Requests whose trailing dims agree are concatenated along the manifest's batch
+// dim (dim 0) up to max_batch_size, then the outputs are split back by rows (batch.h). A batch waits for more
+// requests (at most max_queue_delay_us after the oldest one arrived; a preferred batch size goes at once) only
+// while another batch of this model is executing; with every instance idle, a runner takes what is queued at
+// once. A request that finds nothing queued and every instance idle runs on the calling thread (no hand-off
+// to a runner) when the config's run_inline_when_idle allows it (the default). A CUDA package replayed as
+// CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set, batches are then cut
+// to the largest bucket the queue fills (the rest waits for the next batch), so no rows are padded.
+// Blocking: infer() blocks the calling thread until its answer is ready. Thread-safety: every public method
+// may be called from any thread. The destructor answers everything already queued, then joins the runners.
 #pragma once
 
 #include <algorithm>
@@ -25,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "model.h"
+#include "runnable.h"
 #include "types.h"
 
 namespace aotc::server {
@@ -34,7 +33,7 @@ class Scheduler {
  public:
   // One instance: a runner thread calling `model`, reported under `device` ("cpu", "cuda:1").
   struct Instance {
-    std::shared_ptr<const Model> model;
+    std::shared_ptr<const RunnableModel> model;
     std::string device;
   };
   // `instances` must be non-empty and all of one package; `config` must already carry the defaults
