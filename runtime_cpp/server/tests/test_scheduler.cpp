@@ -1,0 +1,627 @@
+// The Scheduler and the steps of a batch (batch.h) with a fake model: no package, no ATen. The fake records
+// every call (rows, trailing dims, the outputs wanted, the sinks' rows, the thread) and can hold its calls
+// until the test lets them go, so that what queues behind a running batch is decided by the test, never by
+// timing. Waits have a generous guard that aborts the test instead of hanging; nothing asserts a speed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batch.h"
+#include "scheduler.h"
+
+namespace aotc::server {
+namespace {
+
+constexpr auto kGuard = std::chrono::seconds(30);  // a wait this long means the scheduler is stuck
+constexpr int64_t kForever = int64_t{3600} * 1000 * 1000;  // a max_queue_delay_us no test waits out
+
+// Waits until `done` holds; aborts the test binary (a hang guard, not a speed check) when it does not.
+void eventually(const std::function<bool()>& done, const char* what) {
+  const auto until = std::chrono::steady_clock::now() + kGuard;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) {
+      std::fprintf(stderr, "test_scheduler: still waiting for %s after %lld s\n", what,
+                   static_cast<long long>(kGuard.count()));
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+template <typename T>
+T await(std::future<T>& f) {
+  if (f.wait_for(kGuard) != std::future_status::ready) {
+    std::fprintf(stderr, "test_scheduler: a request was not answered\n");
+    std::abort();
+  }
+  return f.get();
+}
+
+// x: [rows, values.size() / rows] FP32.
+Tensor input(std::vector<float> values, int64_t rows = 1) {
+  Tensor t;
+  t.name = "x";
+  t.type = WireType::FP32;
+  t.shape = {rows, static_cast<int64_t>(values.size()) / rows};
+  t.bytes = Bytes(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+  return t;
+}
+
+std::vector<float> floats(const Bytes& b) {
+  std::vector<float> v(b.size() / sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+// A model of x: [B, D] FP32 (B the batch dim, 1..64) with two outputs, y = x + 1 ([B, D]) and z = the first
+// element of each row of x ([B, 1]). A call whose first element is -400 or -500 fails with that status.
+class FakeModel : public RunnableModel {
+ public:
+  struct Call {
+    int64_t rows = 0;
+    int64_t dim = 0;                  // x's trailing dim
+    std::vector<float> firsts;        // the first element of each row, in batch order
+    std::vector<bool> wanted;
+    std::vector<std::pair<int64_t, int64_t>> sink_rows;  // (row, rows) of each sink
+    std::thread::id thread;
+  };
+
+  explicit FakeModel(std::vector<int64_t> graph_buckets = {}) {
+    info_.name = "fake";
+    info_.version = "1";
+    info_.device = "cpu";
+    info_.inputs = {{"x", WireType::FP32, {-1, -1}, {{1, 64}, {1, -1}}}};
+    info_.outputs = {{"y", WireType::FP32, {-1, -1}, {{1, 64}, {1, -1}}}, {"z", WireType::FP32, {-1, 1}, {{1, 64}, {1, 1}}}};
+    info_.batch = std::make_pair<int64_t, int64_t>(1, 64);
+    info_.graph_buckets = std::move(graph_buckets);
+  }
+
+  const ModelInfo& info() const override { return info_; }
+  double load_seconds() const override { return 0.25; }
+
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
+                          const std::vector<RowSink>& sinks) const override {
+    const Tensor& x = inputs.at(0);
+    const int64_t rows = x.shape[0], dim = x.shape[1];
+    const std::vector<float> v = floats(x.bytes);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      Call c{rows, dim, {}, wanted, {}, std::this_thread::get_id()};
+      for (int64_t r = 0; r < rows; ++r) c.firsts.push_back(v[static_cast<size_t>(r * dim)]);
+      for (const auto& s : sinks) c.sink_rows.emplace_back(s.row, s.rows);
+      calls_.push_back(std::move(c));
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_; });
+    }
+    if (v[0] == -400.0f) throw ServeError(400, "the fake model refuses the inputs");
+    if (v[0] == -500.0f) throw ServeError(500, "the fake model failed");
+    auto is_wanted = [&](size_t o) { return wanted.empty() || wanted[o]; };
+    std::vector<Tensor> out(2);
+    out[0].name = "y";
+    out[1].name = "z";
+    if (is_wanted(0)) {
+      std::vector<float> y = v;
+      for (float& e : y) e += 1;
+      out[0].shape = {rows, dim};
+      out[0].bytes = Bytes(std::string(reinterpret_cast<const char*>(y.data()), y.size() * sizeof(float)));
+    }
+    if (is_wanted(1)) {
+      std::vector<float> z;
+      for (int64_t r = 0; r < rows; ++r) z.push_back(v[static_cast<size_t>(r * dim)]);
+      out[1].shape = {rows, 1};
+      out[1].bytes = Bytes(std::string(reinterpret_cast<const char*>(z.data()), z.size() * sizeof(float)));
+    }
+    for (const auto& s : sinks) {  // as the real model: the sink's rows, when they fit its memory
+      const Tensor& t = out[s.sink->output];
+      const size_t row_bytes = t.bytes.size() / static_cast<size_t>(rows);
+      const size_t n = row_bytes * static_cast<size_t>(s.rows < 0 ? rows - s.row : s.rows);
+      if (t.bytes.empty() || n > s.sink->capacity) continue;
+      std::memcpy(s.sink->data.get(), t.bytes.data() + row_bytes * static_cast<size_t>(s.row), n);
+      s.sink->written = true;
+    }
+    return out;
+  }
+
+  // Calls from now on wait in the model until release().
+  void hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait_for_calls(size_t n) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, kGuard, [&] { return calls_.size() >= n; })) {
+      std::fprintf(stderr, "test_scheduler: the model saw %zu calls, the test waited for %zu\n", calls_.size(), n);
+      std::abort();
+    }
+  }
+  std::vector<Call> calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  ModelInfo info_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool open_ = true;
+  mutable std::vector<Call> calls_;
+};
+
+ModelConfig config(int64_t max_batch_size = 8, int64_t delay_us = 0) {
+  ModelConfig c;
+  c.max_batch_size = max_batch_size;
+  c.max_queue_delay_us = delay_us;
+  return c;
+}
+
+std::unique_ptr<Scheduler> scheduler(const std::shared_ptr<FakeModel>& model, const ModelConfig& c,
+                                     size_t instances = 1) {
+  std::vector<Scheduler::Instance> is;
+  for (size_t i = 0; i < instances; ++i) is.push_back({model, "cpu"});
+  return std::make_unique<Scheduler>(std::move(is), c);
+}
+
+// Sends one request from its own thread.
+std::future<std::vector<Tensor>> send(Scheduler& s, Tensor x, std::vector<bool> wanted = {},
+                                      std::vector<OutputSink> sinks = {}) {
+  return std::async(std::launch::async, [&s, x = std::move(x), wanted = std::move(wanted), sinks = std::move(sinks)] {
+    return s.infer({x}, std::nullopt, wanted, sinks);
+  });
+}
+
+// Sends one request and waits until the scheduler holds `pending` requests (queued or executing), so that
+// requests sent one after another queue in that order.
+std::future<std::vector<Tensor>> queue(Scheduler& s, Tensor x, uint64_t pending, std::vector<bool> wanted = {},
+                                       std::vector<OutputSink> sinks = {}) {
+  auto f = send(s, std::move(x), std::move(wanted), std::move(sinks));
+  eventually([&] { return s.stats().pending >= pending; }, "a request to queue");
+  return f;
+}
+
+using RowSpan = std::pair<int64_t, int64_t>;  // (row, rows) of a sink
+
+std::vector<int64_t> rows_of(const std::vector<FakeModel::Call>& calls) {
+  std::vector<int64_t> rows;
+  for (const auto& c : calls) rows.push_back(c.rows);
+  return rows;
+}
+
+// ---- the steps of a batch (batch.h) ----
+
+TEST(Batch, ConcatenatesAlongDimZeroInArrivalOrder) {
+  BatchRequest a, b;
+  a.inputs = {input({1, 2}, 1)};
+  b.inputs = {input({3, 4, 5, 6}, 2)};
+  a.rows = 1;
+  b.rows = 2;
+  std::vector<Tensor> in = concatenate({&a, &b});
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_EQ(in[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(floats(in[0].bytes), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(total_rows({&a, &b}), 3);
+
+  const char* data = a.inputs[0].bytes.data();
+  in = concatenate({&a});  // alone: its own inputs, not a copy
+  EXPECT_EQ(in[0].bytes.data(), data);
+}
+
+TEST(Batch, WantedUnion) {
+  BatchRequest a, b, all;
+  a.wanted = {true, false};
+  b.wanted = {false, false};
+  EXPECT_EQ(wanted_union({&a, &b}), (std::vector<bool>{true, false}));
+  b.wanted = {false, true};
+  EXPECT_EQ(wanted_union({&a, &b}), (std::vector<bool>{true, true}));
+  EXPECT_TRUE(wanted_union({&a, &all}).empty());  // one wants every output
+  EXPECT_TRUE(wanted_union({&all, &a}).empty());
+}
+
+TEST(Batch, RowSinksGiveEachRequestItsRows) {
+  BatchRequest a, b, c;
+  a.rows = 2;
+  b.rows = 3;
+  c.rows = 1;
+  a.sinks = {{0, nullptr, 0, false}};
+  c.sinks = {{0, nullptr, 0, false}, {1, nullptr, 0, false}};
+  auto sinks = row_sinks({&a, &b, &c});
+  ASSERT_EQ(sinks.size(), 3u);
+  EXPECT_EQ(sinks[0].sink, &a.sinks[0]);
+  EXPECT_EQ(std::make_pair(sinks[0].row, sinks[0].rows), RowSpan(0, 2));
+  EXPECT_EQ(sinks[1].sink, &c.sinks[0]);
+  EXPECT_EQ(std::make_pair(sinks[1].row, sinks[1].rows), RowSpan(5, 1));
+  EXPECT_EQ(sinks[2].sink, &c.sinks[1]);
+  sinks = row_sinks({&a});  // alone: every row
+  EXPECT_EQ(std::make_pair(sinks[0].row, sinks[0].rows), RowSpan(0, -1));
+}
+
+TEST(Batch, SplitsOutputsByRowsSharingTheBuffer) {
+  BatchRequest a, b;
+  a.rows = 1;
+  b.rows = 2;
+  Tensor y = input({1, 2, 3, 4, 5, 6}, 3);
+  y.name = "y";
+  Tensor z;
+  z.name = "z";  // wanted by nobody: comes back as a name
+  const char* base = y.bytes.data();
+  split({y, z}, {true, false}, {&a, &b});
+  ASSERT_EQ(a.outputs.size(), 2u);
+  EXPECT_EQ(a.outputs[0].shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(b.outputs[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(floats(a.outputs[0].bytes), (std::vector<float>{1, 2}));
+  EXPECT_EQ(floats(b.outputs[0].bytes), (std::vector<float>{3, 4, 5, 6}));
+  EXPECT_EQ(a.outputs[0].bytes.data(), base);
+  EXPECT_EQ(b.outputs[0].bytes.data(), base + 2 * sizeof(float));
+  EXPECT_EQ(b.outputs[1].name, "z");
+  EXPECT_TRUE(b.outputs[1].bytes.empty());
+
+  // A wanted output without the batch's rows first is the model's bug: 500, naming it.
+  BatchRequest c, d;
+  Tensor bad = input({1, 2}, 1);
+  bad.name = "y";
+  try {
+    split({bad}, {}, {&c, &d});
+    FAIL() << "split accepted an output of 1 row for a batch of 2";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.status(), 500);
+    EXPECT_EQ(std::string(e.what()), "output 'y' has shape [1, 2], expected the batch of 2 rows first");
+  }
+}
+
+TEST(Batch, SplitReadsSinkWrittenOutputsFromTheSink) {
+  auto memory = std::shared_ptr<char>(new char[8], std::default_delete<char[]>());
+  BatchRequest a, b;
+  b.sinks = {{0, memory, 8, true}};  // the call wrote b's rows of output 0 there
+  split({input({1, 2, 3, 4}, 2)}, {}, {&a, &b});
+  EXPECT_EQ(b.outputs[0].bytes.data(), memory.get());
+  EXPECT_EQ(b.outputs[0].bytes.size(), 2 * sizeof(float));
+  EXPECT_NE(a.outputs[0].bytes.data(), memory.get());
+}
+
+TEST(Batch, RecordCountsRowsOnlyForSuccess) {
+  ModelStats stats;
+  stats.instances.resize(2);
+  BatchRequest a, b;
+  a.rows = 2;
+  b.rows = 3;
+  BatchTimes t;
+  t.start = t.model_start = t.model_end = t.end = Clock::now();
+  record_batch(stats, 1, {&a, &b}, t, true);
+  record_batch(stats, 1, {&a}, t, false);
+  EXPECT_EQ(stats.execution_count, 2u);
+  EXPECT_EQ(stats.inference_count, 5u);
+  EXPECT_EQ(stats.instances[1].execution_count, 2u);
+  EXPECT_EQ(stats.instances[1].inference_count, 5u);
+  EXPECT_EQ(stats.instances[0].execution_count, 0u);
+  ASSERT_EQ(stats.batch_stats.size(), 1u);
+  EXPECT_EQ(stats.batch_stats.begin()->first, 5);
+  EXPECT_EQ(stats.queue.count, 2u);  // one per request of the successful batch
+  EXPECT_GT(stats.last_inference_ms, 0u);
+}
+
+// ---- the Scheduler ----
+
+// A batch forms from the requests queued behind a running one: compatible ones (same trailing dims) in
+// arrival order, each answered with its own rows; an incompatible one waits for the next batch.
+TEST(Scheduler, BatchesCompatibleRequestsInArrivalOrder) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config());
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({10, 11}), 2);
+  auto c = queue(*s, input({20, 21, 22}), 3);  // trailing dim 3: not with b
+  auto d = queue(*s, input({30, 31, 40, 41}, 2), 4);
+  model->release();
+  EXPECT_EQ(floats(await(b)[0].bytes), (std::vector<float>{11, 12}));
+  EXPECT_EQ(floats(await(c)[0].bytes), (std::vector<float>{21, 22, 23}));
+  auto dy = await(d);
+  EXPECT_EQ(dy[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(floats(dy[0].bytes), (std::vector<float>{31, 32, 41, 42}));
+  EXPECT_EQ(floats(dy[1].bytes), (std::vector<float>{30, 40}));
+  await(a);
+  auto calls = model->calls();
+  ASSERT_EQ(rows_of(calls), (std::vector<int64_t>{1, 3, 1}));
+  EXPECT_EQ(calls[1].firsts, (std::vector<float>{10, 30, 40}));
+  EXPECT_EQ(calls[1].dim, 2);
+  EXPECT_EQ(calls[2].dim, 3);
+}
+
+TEST(Scheduler, BatchesStopAtMaxBatchSize) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config(/*max_batch_size=*/4));
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1, 2, 2}, 2), 2);
+  auto c = queue(*s, input({3, 3, 4, 4}, 2), 3);
+  auto d = queue(*s, input({5, 5}), 4);                               // would make 5 rows: the next batch
+  auto e = queue(*s, input({6, 6, 6, 6, 6, 6, 6, 6, 6, 6}, 5), 5);  // more than the maximum: alone
+  model->release();
+  for (auto* f : {&a, &b, &c, &d, &e}) await(*f);
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 4, 1, 5}));
+}
+
+// While another batch executes, a preferred batch size goes at once instead of waiting out the delay.
+TEST(Scheduler, PreferredBatchSizeGoesAtOnce) {
+  auto model = std::make_shared<FakeModel>();
+  ModelConfig c = config(8, kForever);
+  c.preferred_batch_sizes = {2};
+  auto s = scheduler(model, c, /*instances=*/2);
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2);
+  auto d = queue(*s, input({2, 2}), 3);
+  model->wait_for_calls(2);  // b and d, on the second instance, while a still runs
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 2}));
+  model->release();
+  for (auto* f : {&a, &b, &d}) await(*f);
+}
+
+// A batch waits for more requests only while another batch is executing, and goes as soon as none is.
+TEST(Scheduler, QueueDelayOnlyWhileAnotherBatchRuns) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config(8, kForever), /*instances=*/2);
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2);  // waits on the second instance for more
+  auto c = queue(*s, input({2, 2}), 3);
+  model->release();  // a ends: every instance idle, so b and c go together at once
+  for (auto* f : {&a, &b, &c}) await(*f);
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 2}));
+
+  // Every instance idle: a request queued with the same delay runs at once (its own timeout is the guard).
+  ModelConfig queued = config(8, kForever);
+  queued.run_inline_when_idle = false;
+  auto idle_model = std::make_shared<FakeModel>();
+  auto idle = scheduler(idle_model, queued, 2);
+  EXPECT_NO_THROW(idle->infer({input({1, 2})}, std::chrono::duration_cast<std::chrono::microseconds>(kGuard).count()));
+}
+
+// With CUDA graph buckets (and no preferred sizes), a batch is cut to the largest bucket it fills.
+TEST(Scheduler, GraphBucketsCutTheBatch) {
+  auto model = std::make_shared<FakeModel>(std::vector<int64_t>{1, 2, 4, 16});
+  auto s = scheduler(model, config(8));
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  std::vector<std::future<std::vector<Tensor>>> rest;
+  for (int i = 1; i <= 3; ++i) rest.push_back(queue(*s, input({float(i), float(i)}), 1 + i));
+  model->release();
+  await(a);
+  for (auto& f : rest) await(f);
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 2, 1}));
+
+  // Preferred sizes set: the buckets do not cut.
+  auto pm = std::make_shared<FakeModel>(std::vector<int64_t>{1, 2, 4});
+  ModelConfig pc = config(8);
+  pc.preferred_batch_sizes = {3};
+  auto ps = scheduler(pm, pc);
+  pm->hold();
+  auto pa = queue(*ps, input({0, 0}), 1);
+  pm->wait_for_calls(1);
+  rest.clear();
+  for (int i = 1; i <= 3; ++i) rest.push_back(queue(*ps, input({float(i), float(i)}), 1 + i));
+  pm->release();
+  await(pa);
+  for (auto& f : rest) await(f);
+  EXPECT_EQ(rows_of(pm->calls()), (std::vector<int64_t>{1, 3}));
+}
+
+// The model is asked for the outputs any request of the batch wants; outputs none wants come back empty.
+TEST(Scheduler, AsksTheModelForTheUnionOfWantedOutputs) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config());
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1, {true, false});
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2, {true, false});
+  auto c = queue(*s, input({2, 2}), 3, {true, false});
+  model->release();
+  await(a);
+  auto bo = await(b);
+  await(c);
+  EXPECT_EQ(model->calls()[1].wanted, (std::vector<bool>{true, false}));
+  EXPECT_EQ(floats(bo[0].bytes), (std::vector<float>{2, 2}));
+  EXPECT_EQ(bo[1].name, "z");
+  EXPECT_TRUE(bo[1].bytes.empty());
+
+  model->hold();
+  a = queue(*s, input({0, 0}), 1, {true, false});
+  model->wait_for_calls(3);
+  b = queue(*s, input({1, 1}), 2, {true, false});
+  c = queue(*s, input({2, 2}), 3, {false, true});
+  auto d = queue(*s, input({3, 3}), 4);  // every output
+  model->release();
+  for (auto* f : {&a, &b, &c, &d}) await(*f);
+  auto calls = model->calls();
+  ASSERT_EQ(rows_of(calls), (std::vector<int64_t>{1, 2, 1, 3}));
+  EXPECT_TRUE(calls[3].wanted.empty());
+}
+
+// Each request of a batch gets its own rows written into its sink, and its answer is a view of that sink.
+TEST(Scheduler, RowSinksTakeEachRequestsRows) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config());
+  auto memory_b = std::shared_ptr<char>(new char[8](), std::default_delete<char[]>());
+  auto memory_c = std::shared_ptr<char>(new char[16](), std::default_delete<char[]>());
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 2}), 2, {}, {{0, memory_b, 8, false}});
+  auto c = queue(*s, input({3, 4, 5, 6}, 2), 3, {}, {{0, memory_c, 16, false}});
+  model->release();
+  await(a);
+  auto bo = await(b);
+  auto co = await(c);
+  auto calls = model->calls();
+  ASSERT_EQ(rows_of(calls), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(calls[1].sink_rows, (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 2}}));
+  EXPECT_EQ(bo[0].bytes.data(), memory_b.get());
+  EXPECT_EQ(co[0].bytes.data(), memory_c.get());
+  EXPECT_EQ(floats(bo[0].bytes), (std::vector<float>{2, 3}));
+  EXPECT_EQ(floats(co[0].bytes), (std::vector<float>{4, 5, 6, 7}));
+
+  auto alone = std::shared_ptr<char>(new char[8](), std::default_delete<char[]>());
+  auto out = s->infer({input({7, 8})}, std::nullopt, {}, {{0, alone, 8, false}});
+  EXPECT_EQ(model->calls().back().sink_rows, (std::vector<std::pair<int64_t, int64_t>>{{0, -1}}));
+  EXPECT_EQ(out[0].bytes.data(), alone.get());
+}
+
+TEST(Scheduler, Statistics) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config());
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2);
+  auto c = queue(*s, input({2, 2, 3, 3}, 2), 3);
+  model->release();
+  for (auto* f : {&a, &b, &c}) await(*f);
+  EXPECT_THROW(s->infer({input({-500, 0})}, std::nullopt), ServeError);
+  EXPECT_THROW(s->infer({input({-400, 0})}, std::nullopt), ServeError);
+  s->record_failure("REJECTED");  // refused before the queue (bad input)
+
+  ModelStats st = s->stats();
+  EXPECT_EQ(st.name, "fake");
+  EXPECT_EQ(st.version, "1");
+  EXPECT_EQ(st.load_seconds, 0.25);
+  EXPECT_EQ(st.success.count, 3u);
+  EXPECT_EQ(st.fail.count, 3u);
+  EXPECT_EQ(st.failures_by_reason["BACKEND"], 1u);
+  EXPECT_EQ(st.failures_by_reason["REJECTED"], 2u);
+  EXPECT_EQ(st.inference_count, 4u);  // rows: 1 + (1 + 2)
+  EXPECT_EQ(st.execution_count, 4u);  // model calls, the failed ones too
+  std::vector<int64_t> sizes;
+  for (const auto& [size, b] : st.batch_stats) sizes.push_back(size);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(st.queue.count, 3u);
+  EXPECT_EQ(st.pending, 0u);
+  ASSERT_EQ(st.instances.size(), 1u);
+  EXPECT_EQ(st.instances[0].name, "fake_0");
+  EXPECT_EQ(st.instances[0].execution_count, 4u);
+  EXPECT_EQ(st.instances[0].inference_count, 4u);
+}
+
+TEST(Scheduler, PerInstanceCounts) {
+  auto model = std::make_shared<FakeModel>();
+  std::vector<Scheduler::Instance> is{{model, "cuda:0"}, {model, "cuda:1"}};
+  Scheduler s(std::move(is), config());
+  model->hold();
+  auto a = queue(s, input({0, 0}), 1);                 // inline, on instance 0
+  model->wait_for_calls(1);
+  auto b = queue(s, input({1, 1, 2, 2}, 2), 2);        // no delay: instance 1 takes it
+  model->wait_for_calls(2);
+  model->release();
+  await(a);
+  await(b);
+  ModelStats st = s.stats();
+  ASSERT_EQ(st.instances.size(), 2u);
+  EXPECT_EQ(st.instances[0].device, "cuda:0");
+  EXPECT_EQ(st.instances[1].name, "fake_1");
+  EXPECT_EQ(st.instances[1].device, "cuda:1");
+  EXPECT_EQ(st.instances[0].execution_count, 1u);
+  EXPECT_EQ(st.instances[0].inference_count, 1u);
+  EXPECT_EQ(st.instances[1].execution_count, 1u);
+  EXPECT_EQ(st.instances[1].inference_count, 2u);
+  EXPECT_EQ(st.execution_count, 2u);
+}
+
+// A request whose timeout passes while it is queued is cancelled with 503 and never reaches the model.
+TEST(Scheduler, TimeoutCancelsAQueuedRequest) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config());
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  try {
+    s->infer({input({1, 1})}, /*timeout_us=*/1000);
+    FAIL() << "a request queued behind a held model was answered";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.status(), 503);
+    EXPECT_EQ(std::string(e.what()), "request timed out after 1000 us in the queue (parameter 'timeout')");
+  }
+  model->release();
+  await(a);
+  s->infer({input({2, 2})}, std::nullopt);  // the runner skipped the cancelled one
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(model->calls()[1].firsts, (std::vector<float>{2}));
+  ModelStats st = s->stats();
+  EXPECT_EQ(st.failures_by_reason["CANCELED"], 1u);
+  EXPECT_EQ(st.pending, 0u);
+}
+
+TEST(Scheduler, FullQueueAnswers503) {
+  auto model = std::make_shared<FakeModel>();
+  ModelConfig c = config();
+  c.max_queue_size = 1;
+  auto s = scheduler(model, c);
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);  // running, not queued
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2);  // the one queued request
+  try {
+    s->infer({input({2, 2})}, std::nullopt);
+    FAIL() << "a request beyond max_queue_size was queued";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.status(), 503);
+    EXPECT_EQ(std::string(e.what()), "model 'fake' has 1 requests queued (max_queue_size); retry later");
+  }
+  model->release();
+  await(a);
+  await(b);
+  EXPECT_EQ(s->stats().failures_by_reason["REJECTED"], 1u);
+}
+
+// With nothing queued and every instance idle, a request runs on the caller's thread unless the config says
+// run_inline_when_idle false.
+TEST(Scheduler, RunInlineWhenIdle) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config());
+  s->infer({input({1, 1})}, std::nullopt);
+  EXPECT_EQ(model->calls().back().thread, std::this_thread::get_id());
+
+  ModelConfig c = config();
+  c.run_inline_when_idle = false;
+  auto handed = std::make_shared<FakeModel>();
+  auto hs = scheduler(handed, c);
+  hs->infer({input({1, 1})}, std::nullopt);
+  EXPECT_NE(handed->calls().back().thread, std::this_thread::get_id());
+}
+
+// max_batch_size 0 turns batching off: queued requests run one by one.
+TEST(Scheduler, NoBatchingWithMaxBatchSizeZero) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config(0));
+  EXPECT_FALSE(s->batching());
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2);
+  auto c = queue(*s, input({2, 2}), 3);
+  model->release();
+  for (auto* f : {&a, &b, &c}) await(*f);
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace aotc::server
