@@ -100,6 +100,7 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   for (const auto& s : man.outputs) m->info_.outputs.push_back(to_info(s));
   m->info_.batch = man.batch;
   m->info_.graph_buckets = m->session_->cuda_graph_buckets();
+  m->info_.pin_host_io = man.device == "cuda";  // the session copies to and from its device
   m->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return m;
 }

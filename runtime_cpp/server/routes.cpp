@@ -107,16 +107,14 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
          std::string hl = c.req.header("Inference-Header-Content-Length");
          if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
            throw bad_request("Inference-Header-Content-Length must be a byte count, got '" + hl + "'");
-         if (!hl.empty() && std::stoull(hl) == 0) {
-           req = service::raw_request(s.repo_, c.model(), c.version(), std::move(c.body));
-         } else {
+         if (!hl.empty() && std::stoull(hl) == 0)
+           req = service::raw_request(sched->info(), std::move(c.body));
+         else
            req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
-           req.model = c.model();
-           req.version = c.version();
-           s.shm_.resolve(req, /*pin=*/sched->info().device == "cuda");
-         }
+         req.model = c.model();
+         req.version = c.version();
          size_t json_length = 0;
-         r.body = codec::write_infer_response(service::infer(s.repo_, std::move(req)), &json_length);
+         r.body = codec::write_infer_response(service::infer(*sched, std::move(req), s.shm_), &json_length);
          if (json_length != std::string::npos) {
            r.header_length = json_length;
            r.content_type = "application/octet-stream";

@@ -61,9 +61,9 @@ std::vector<Tensor> validate(const ModelInfo& info, std::vector<Tensor>& given) 
 
 }  // namespace
 
-InferResponse infer(const Repository& repo, InferRequest request) {
-  auto sched = repo.get(request.model, request.version);
-  const ModelInfo& info = sched->info();
+InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
+  const ModelInfo& info = sched.info();
+  shm.resolve(request, info.pin_host_io);
   std::vector<Tensor> inputs;
   struct Wanted {
     size_t index;
@@ -83,7 +83,7 @@ InferResponse infer(const Repository& repo, InferRequest request) {
                         o.binary.value_or(request.binary_output_default), o.shm});
     }
   } catch (const ServeError&) {
-    sched->record_failure("REJECTED");
+    sched.record_failure("REJECTED");
     throw;
   }
   if (request.outputs.empty())
@@ -100,7 +100,7 @@ InferResponse infer(const Repository& repo, InferRequest request) {
   std::vector<OutputSink> sinks;
   for (const auto& w : wanted)
     if (w.shm && w.shm->data) sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
-  std::vector<Tensor> outs = sched->infer(std::move(inputs), request.timeout_us, std::move(keep), std::move(sinks));
+  std::vector<Tensor> outs = sched.infer(std::move(inputs), request.timeout_us, std::move(keep), std::move(sinks));
   InferResponse r;
   r.model_name = info.name;
   r.model_version = info.version;
@@ -129,12 +129,9 @@ InferResponse infer(const Repository& repo, InferRequest request) {
   return r;
 }
 
-InferRequest raw_request(const Repository& repo, const std::string& model, const std::string& version,
-                         std::string body) {
-  auto sched = repo.get(model, version);
-  const ModelInfo& info = sched->info();
+InferRequest raw_request(const ModelInfo& info, std::string body) {
   if (info.inputs.size() != 1)
-    throw bad_request("Inference-Header-Content-Length: 0 sends one raw tensor, but model '" + model + "' takes " +
+    throw bad_request("Inference-Header-Content-Length: 0 sends one raw tensor, but model '" + info.name + "' takes " +
                       std::to_string(info.inputs.size()) + " inputs");
   const TensorInfo& spec = info.inputs[0];
   Tensor t;
@@ -154,8 +151,6 @@ InferRequest raw_request(const Repository& repo, const std::string& model, const
   if (dynamic >= 0) t.shape[static_cast<size_t>(dynamic)] = static_cast<int64_t>(body.size() / fixed);
   t.bytes = Bytes(std::move(body));
   InferRequest r;
-  r.model = model;
-  r.version = version;
   r.inputs.push_back(std::move(t));
   r.binary_output_default = true;
   return r;

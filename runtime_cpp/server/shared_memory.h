@@ -41,7 +41,7 @@ class SharedMemoryRegistry {
   std::vector<SharedMemoryRegion> status(const std::string& name) const;
 
   // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) at its
-  // region; with `pin` (a CUDA model's request) the regions are page-locked first, once per region (a region
+  // region; with `pin` (the model's ModelInfo::pin_host_io) the regions are page-locked first, once per region (a region
   // the driver refuses to lock stays usable through a copy, and says so on stderr once).
   // ServeError 400 for an unknown region or a range past its end; 403 when the extension is off.
   void resolve(InferRequest& request, bool pin = false) const;

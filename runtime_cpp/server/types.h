@@ -98,6 +98,9 @@ struct ModelInfo {
   std::vector<TensorInfo> outputs;
   std::optional<std::pair<int64_t, int64_t>> batch;  // the shared dynamic batch dim's [min, max]
   std::vector<int64_t> graph_buckets;  // batch sizes replayed as CUDA graphs, ascending; empty on CPU / graphs off
+  // Host memory the model copies inputs from and outputs into (shared memory regions) should be page-locked,
+  // so those copies run as DMA: set for CUDA packages.
+  bool pin_host_io = false;
 };
 
 // One entry of config.json's instance_group, as configured (Triton's form).
