@@ -1,42 +1,24 @@
-// CudaExecutor: pinned host<->device copies on a stream per runner, and CUDA graphs per batch bucket.
-// See cuda_graphs.h for ownership, blocking and thread-safety. CUDA builds only (AOTC_WITH_CUDA).
+// CudaExecutor: a stream per runner, and CUDA graphs per batch bucket captured on first use and replayed
+// after. The host side of each call (pinned staging, the copies to and from the device, sinks) is
+// cuda_copies.cpp's; the device checks are cuda_device.cpp's. See cuda_graphs.h for ownership, blocking and
+// thread-safety. CUDA builds only (AOTC_WITH_CUDA).
 #include "cuda_graphs.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
-#include <sstream>
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
-#include "sinks.h"
-
-namespace aotc {
-
-std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) {
-  if (data == nullptr || bytes == 0 || c10::cuda::device_count() == 0) return nullptr;
-  // Portable: page-locked for every device's context, so an executor on any GPU copies into it by DMA.
-  const cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear it, so that the next unrelated CUDA call does not report it
-    throw Error(Error::Kind::Internal, "cannot page-lock " + std::to_string(bytes) +
-                                           " bytes of host memory for CUDA copies: " + cudaGetErrorString(err));
-  }
-  return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
-}
-
-}  // namespace aotc
+#include "cuda_copies.h"
 
 namespace aotc::cuda {
 
@@ -69,104 +51,7 @@ std::vector<int64_t> buffer_shape(const TensorSpec& spec, int64_t batch) {
   return shape;
 }
 
-int arch_number(const std::string& arch, const std::string& prefix) {
-  // "sm_90" / "sm_90a" -> 90; anything else -> -1
-  if (arch.rfind(prefix, 0) != 0) return -1;
-  int n = 0;
-  size_t i = prefix.size();
-  if (i >= arch.size() || !isdigit(static_cast<unsigned char>(arch[i]))) return -1;
-  while (i < arch.size() && isdigit(static_cast<unsigned char>(arch[i]))) n = n * 10 + (arch[i++] - '0');
-  return n;
-}
-
 }  // namespace
-
-std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch) {
-  std::vector<int64_t> out;
-  for (int64_t b = 1; b < max_batch; b *= 2) {
-    if (b >= min_batch) out.push_back(b);
-  }
-  out.push_back(max_batch);
-  return out;
-}
-
-std::string device_arch(int device_index) {
-  const int count = static_cast<int>(c10::cuda::device_count());
-  if (count == 0) throw Error(Error::Kind::PackageRefused, "package is for CUDA, but no CUDA device is visible");
-  if (device_index < 0) device_index = c10::cuda::current_device();
-  if (device_index >= count) {
-    throw Error(Error::Kind::PackageRefused, "CUDA device " + std::to_string(device_index) +
-                                                 " does not exist; this machine has " + std::to_string(count));
-  }
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_index) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_index) != cudaSuccess) {
-    throw Error(Error::Kind::PackageRefused, "cannot read the compute capability of CUDA device " +
-                                                 std::to_string(device_index));
-  }
-  return "sm_" + std::to_string(major * 10 + minor);
-}
-
-std::optional<std::string> why_cannot_run_on_device(const Manifest& manifest, int device_index) {
-  std::string arch;
-  try {
-    arch = device_arch(device_index);
-  } catch (const Error& e) {
-    return std::string(e.what());
-  }
-  const int have = arch_number(arch, "sm_");
-  std::string listed;
-  for (const auto& a : manifest.cuda_arch) {
-    listed += (listed.empty() ? "" : ", ") + a;
-    if (arch_number(a, "sm_") == have) return std::nullopt;              // cubin for this arch
-    const int ptx = arch_number(a, "compute_");
-    if (ptx >= 0 && ptx <= have) return std::nullopt;                    // PTX the driver can compile
-  }
-  if (manifest.cuda_arch.empty()) return std::nullopt;                   // the package does not say
-  return "package was built for CUDA arch [" + listed + "], this GPU (device " +
-         std::to_string(device_index < 0 ? c10::cuda::current_device() : device_index) + ") is " + arch +
-         "; export it again on this GPU";
-}
-
-// Pinned host buffers for the outputs of replayed calls. A call takes one buffer per output, sized for its
-// bucket, and hands it out inside the returned tensor; the tensor's deleter puts it back, on whichever thread
-// frees it. That path makes no CUDA call: freeing a tensor of PyTorch's pinned allocator records an event on
-// the stream that last copied into it, and when another thread is capturing a graph on that stream (the next
-// bucket's first call, while the last answer is still being written), the record joins the capture and the
-// capture fails ("invalid argument"). Shared with every handed-out tensor, so it outlives its executor.
-class CudaExecutor::PinnedPool : public std::enable_shared_from_this<PinnedPool> {
- public:
-  ~PinnedPool() {
-    for (auto& [bytes, buffers] : free_)
-      for (void* p : buffers) cudaFreeHost(p);
-  }
-
-  // A host tensor of `shape` and `dtype` in a pinned buffer of `bytes` (>= the tensor's size).
-  at::Tensor take(at::IntArrayRef shape, at::ScalarType dtype, size_t bytes) {
-    void* p = nullptr;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto& buffers = free_[bytes];
-      if (!buffers.empty()) {
-        p = buffers.back();
-        buffers.pop_back();
-      }
-    }
-    if (!p) C10_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault));
-    auto self = shared_from_this();
-    return at::from_blob(
-        p, shape, [self, bytes](void* q) { self->give_back(q, bytes); }, at::TensorOptions().dtype(dtype));
-  }
-
- private:
-  void give_back(void* p, size_t bytes) {
-    std::lock_guard<std::mutex> lk(mu_);
-    free_[bytes].push_back(p);
-  }
-
-  std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;  // by buffer size
-};
 
 // One graph captured at one bucket: static device inputs the graph reads, static device outputs it writes,
 // and pinned host staging for the inputs (reused; safe because run() syncs the stream before returning).
@@ -307,36 +192,6 @@ bool on_device(const std::vector<at::Tensor>& inputs) {
   return !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) { return t.is_cuda(); });
 }
 
-// Host inputs at least this large are copied to the device from where they lie when that memory is
-// page-locked (aotc-server's shared memory regions for CUDA models, pin_host_memory), skipping the staging
-// memcpy. Smaller ones go through staging without asking the driver (is_pinned), a call per input per request.
-constexpr size_t kDirectInputBytes = 64 << 10;
-
-// A device tensor's contents in freshly allocated pinned host memory, copied on the current stream.
-at::Tensor to_host_async(const at::Tensor& src) {
-  at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(true));
-  host.copy_(src, /*non_blocking=*/true);
-  return host;
-}
-
-// Enqueues the copies of output `index` (`src`, contiguous, on the device) into the sinks that name it, on
-// `stream`. Returns whether they took every row, so that the output need not come back in a tensor too.
-bool copy_to_sinks(const at::Tensor& src, size_t index, bool batched, std::vector<OutputSink>* sinks,
-                   cudaStream_t stream) {
-  if (!sinks) return false;
-  std::vector<SinkRange> written;
-  for (auto& s : *sinks) {
-    if (s.output != index) continue;
-    auto r = sink_range(src, batched, s);
-    if (!r) continue;
-    C10_CUDA_CHECK(cudaMemcpyAsync(s.data, static_cast<const char*>(src.data_ptr()) + r->offset, r->size,
-                                   cudaMemcpyDeviceToHost, stream));
-    s.written = true;  // once the caller's synchronization of `stream` has returned
-    written.push_back(*r);
-  }
-  return !written.empty() && covers_all(std::move(written), batched && src.dim() > 0 ? src.size(0) : 1);
-}
-
 }  // namespace
 
 CudaExecutor::Runner& CudaExecutor::acquire() {
@@ -383,12 +238,7 @@ std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vecto
       dev.push_back(x.to(device));
       continue;
     }
-    at::Tensor pinned = x;
-    if (!x.is_pinned()) {
-      pinned = at::empty(x.sizes(), x.options().pinned_memory(true));
-      pinned.copy_(x);
-    }
-    dev.push_back(pinned.to(device, /*non_blocking=*/true));
+    dev.push_back(to_device_async(x, device));
   }
   auto& loader = manifest_.batch ? loader_for(inputs.at(0).size(0)) : *loader_;
   std::vector<at::Tensor> outs = loader.run(dev, runner.stream.stream());
@@ -470,13 +320,7 @@ std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vecto
       dst.copy_(inputs[i], /*non_blocking=*/true);
       continue;
     }
-    const size_t bytes = inputs[i].nbytes();
-    const void* src = inputs[i].data_ptr();
-    if (bytes < kDirectInputBytes || !inputs[i].is_pinned()) {
-      std::memcpy(g.staging[i].data_ptr(), src, bytes);
-      src = g.staging[i].data_ptr();
-    }
-    C10_CUDA_CHECK(cudaMemcpyAsync(g.static_inputs[i].data_ptr(), src, bytes, cudaMemcpyHostToDevice, stream));
+    copy_input_async(inputs[i], g.staging[i], g.static_inputs[i], stream);
   }
   mark(1);
   g.graph.replay();

@@ -34,13 +34,16 @@ class AOTIModelPackageLoader;
 
 namespace aotc::cuda {
 
+class PinnedPool;  // cuda_copies.h
+
 struct CudaOptions {
   int device_index = -1;     // -1: the current CUDA device
   size_t num_runners = 1;    // concurrent calls, each with its own stream and graphs
   bool graphs = true;        // capture/replay CUDA graphs where the package's shapes allow it
 };
 
-// The batch sizes graphs are captured for: every power of two in [min, max], plus max itself.
+// The batch sizes graphs are captured for: every power of two in [min, max], plus max itself (cuda_device.cpp,
+// as the two device checks below).
 // A request of batch n runs in the smallest bucket >= n, padded.
 std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch);
 
@@ -81,7 +84,6 @@ class CudaExecutor {
   struct Runner;
   struct Graph;
   struct Timing;
-  class PinnedPool;
   Runner& acquire();
   void release(Runner& runner);
   std::vector<at::Tensor> run_eager(Runner& runner, const std::vector<at::Tensor>& inputs,
