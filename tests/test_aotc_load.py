@@ -1,4 +1,4 @@
-"""aotc-load (runtime_cpp/tools/aotc_load.cpp), the benchmarks' HTTP load generator, black box: against the
+"""aotc-load (bench/load/aotc_load.cpp), the benchmarks' HTTP load generator, black box: against the
 real aotc-server on the exported MLP (counts checked against the server's own statistics), against a 400
 on every request, against a stub that answers chunked, against its own loopback responder, with bad
 arguments and with no server; and bench/loadgen.py's http_load, which drives it. Checks counts and exit codes, never speed.

@@ -1,0 +1,218 @@
+// aotc-load: closed-loop HTTP/1.1 load generator for the benchmarks (bench/), cheap enough per request
+// that the latency it measures is the server's, even for large binary answers (it reads them with few big
+// recv calls, where wrk reads 8 KiB at a time). Not a general HTTP client: http:// only, one POST (or GET)
+// replayed.
+//
+//   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE] [--header "Name: value"]...
+//             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]
+//   aotc-load --loopback-bytes N ...   (instead of --url: the floor of an N-byte answer, responder.h)
+//
+// Threads: one per keep-alive connection, each sending the request and reading the whole answer before
+// sending again; each owns its socket, buffer and counters, merged after all have joined. Requests started
+// during the warm-up are not counted (nor are their errors). Prints one line `AOTC_LOAD {json}` on stdout.
+// Exit status: 0 when a request succeeded (2xx), 1 when none did or the server cannot be reached, 2 for bad
+// arguments; every failure is one line `aotc-load: error: <reason>` on stderr.
+//
+// This file is the load loop and the report; args.cpp parses the command line, connection.cpp is one
+// keep-alive connection, responder.cpp the loopback responder.
+#include <netdb.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "args.h"
+#include "connection.h"
+#include "responder.h"
+
+namespace aotc_load {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Per-thread results; merged after the threads join.
+struct Stats {
+  std::vector<double> latency_us;  // 2xx answers only
+  std::map<int, size_t> status;    // non-2xx answers by status code
+  size_t connect = 0, read = 0, write = 0, timeout = 0;
+  std::string first_error;
+  Clock::time_point last_done{};
+  size_t answer_bytes = 0;  // body bytes of the last 2xx answer
+};
+
+struct Plan {
+  const std::string* request;
+  Clock::time_point counted_from, stop_at;
+};
+
+void run_connection(const Plan& plan, Connection* conn, Stats* stats) {
+  auto note = [stats](const std::string& what) {
+    if (stats->first_error.empty()) stats->first_error = what;
+  };
+  stats->latency_us.reserve(1 << 14);
+  for (;;) {
+    Clock::time_point t0 = Clock::now();
+    if (t0 >= plan.stop_at) break;
+    bool counted = t0 >= plan.counted_from;
+    if (!conn->is_open()) {
+      std::string why;
+      if (!conn->open(&why)) {
+        if (counted) ++stats->connect, note("connect: " + why);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // not a hot loop against a dead server
+        continue;
+      }
+      t0 = Clock::now();
+    }
+    try {
+      int status = conn->exchange(*plan.request);
+      Clock::time_point t1 = Clock::now();
+      if (!counted) continue;
+      stats->last_done = t1;
+      if (status >= 200 && status < 300) {
+        stats->latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        stats->answer_bytes = conn->body_bytes();
+      } else {
+        ++stats->status[status];
+        note("HTTP status " + std::to_string(status));
+      }
+    } catch (const Failure& f) {
+      conn->close();
+      if (!counted) continue;
+      stats->last_done = Clock::now();
+      note(f.what);
+      switch (f.outcome) {
+        case Outcome::Timeout: ++stats->timeout; break;
+        case Outcome::WriteError: ++stats->write; break;
+        default: ++stats->read; break;
+      }
+    }
+  }
+}
+
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+int run(Args a) {
+  // Declared first so that it outlives the connections: its workers return when they close.
+  std::unique_ptr<Responder> responder;
+  if (a.loopback_bytes >= 0) {
+    try {
+      responder = std::make_unique<Responder>(static_cast<size_t>(a.loopback_bytes), a.socket_buffer);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "aotc-load: error: %s\n", e.what());
+      return 1;
+    }
+    parse_url("http://127.0.0.1:" + responder->port() + "/", a);
+  }
+  std::string body;
+  if (!a.body_file.empty()) {
+    std::ifstream in(a.body_file, std::ios::binary);
+    if (!in) throw UsageError("cannot read --body '" + a.body_file + "'");
+    body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string request = build_request(a, body);
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addrs = nullptr;
+  if (int rc = getaddrinfo(a.host.c_str(), a.port.c_str(), &hints, &addrs); rc != 0) {
+    std::fprintf(stderr, "aotc-load: error: cannot resolve %s: %s\n", a.host.c_str(), gai_strerror(rc));
+    return 1;
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addrs_owner(addrs, freeaddrinfo);
+
+  // All connections open before the clock starts; an unreachable server is one error line, not a run.
+  std::vector<std::unique_ptr<Connection>> conns;
+  for (size_t i = 0; i < a.connections; ++i) {
+    conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s, a.socket_buffer));
+    std::string why;
+    if (!conns.back()->open(&why)) {
+      std::fprintf(stderr, "aotc-load: error: cannot connect to %s (connection %zu of %zu): %s\n",
+                   a.host_header.c_str(), i + 1, a.connections, why.c_str());
+      return 1;
+    }
+  }
+
+  Plan plan{&request, {}, {}};
+  Clock::time_point start = Clock::now();
+  plan.counted_from = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.warmup_s));
+  plan.stop_at = plan.counted_from +
+                 std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration_s));
+  std::vector<Stats> stats(a.connections);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < a.connections; ++i)
+    threads.emplace_back(run_connection, std::cref(plan), conns[i].get(), &stats[i]);
+  for (auto& t : threads) t.join();
+
+  Stats all;
+  all.last_done = plan.stop_at;
+  for (auto& s : stats) {
+    all.latency_us.insert(all.latency_us.end(), s.latency_us.begin(), s.latency_us.end());
+    for (auto& [code, n] : s.status) all.status[code] += n;
+    all.connect += s.connect, all.read += s.read, all.write += s.write, all.timeout += s.timeout;
+    if (all.first_error.empty()) all.first_error = s.first_error;
+    all.last_done = std::max(all.last_done, s.last_done);
+    all.answer_bytes = std::max(all.answer_bytes, s.answer_bytes);
+  }
+  std::sort(all.latency_us.begin(), all.latency_us.end());
+  size_t ok = all.latency_us.size(), status_errors = 0;
+  for (auto& [code, n] : all.status) status_errors += n;
+  size_t errors = status_errors + all.connect + all.read + all.write + all.timeout;
+  double duration = std::chrono::duration<double>(all.last_done - plan.counted_from).count();
+  double mean = 0;
+  for (double us : all.latency_us) mean += us;
+  mean = ok ? mean / static_cast<double>(ok) : 0;
+
+  std::string status_json = "{";
+  for (auto& [code, n] : all.status)
+    status_json += (status_json.size() > 1 ? ", \"" : "\"") + std::to_string(code) + "\": " + std::to_string(n);
+  status_json += "}";
+  std::printf("AOTC_LOAD {\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"max_us\": %.1f, "
+              "\"requests\": %zu, \"errors\": %zu, \"status\": %s, \"connect_errors\": %zu, \"read_errors\": %zu, "
+              "\"write_errors\": %zu, \"timeouts\": %zu, \"connections\": %zu, \"duration_s\": %.6f, "
+              "\"req_per_s\": %.2f, \"answer_bytes\": %zu}\n",
+              percentile(all.latency_us, 50), percentile(all.latency_us, 90), percentile(all.latency_us, 99), mean,
+              ok ? all.latency_us.back() : 0.0, ok, errors, status_json.c_str(), all.connect, all.read, all.write,
+              all.timeout, a.connections, duration, duration > 0 ? static_cast<double>(ok) / duration : 0.0,
+              all.answer_bytes);
+  std::fflush(stdout);
+  if (ok == 0) {
+    std::fprintf(stderr, "aotc-load: error: no request succeeded in %.1f s (%zu errors; first: %s)\n", duration,
+                 errors, errors ? all.first_error.c_str() : "no request completed");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace aotc_load
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(aotc_load::kUsage, stdout);
+      return 0;
+    }
+  }
+  try {
+    return aotc_load::run(aotc_load::parse_args(argc, argv));
+  } catch (const aotc_load::UsageError& e) {
+    std::fprintf(stderr, "aotc-load: error: %s (try aotc-load --help)\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,38 @@
+// aotc-load's command line: the flags, the URL they name, and the one request every connection replays.
+// Pure functions of their arguments; thread-safe. Errors in what was given throw UsageError with one line.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace aotc_load {
+
+extern const char* const kUsage;  // --help
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Args {
+  std::string host, port = "80", path, host_header;
+  std::string body_file;
+  std::vector<std::string> headers;
+  size_t connections = 1;
+  double duration_s = 10, warmup_s = 0, timeout_s = 30;
+  long long loopback_bytes = -1;  // >= 0: answer from an in-process Responder instead of --url
+  int socket_buffer = 0;          // > 0: SO_SNDBUF/SO_RCVBUF of every socket
+};
+
+// The flags (argv[1..]); with --loopback-bytes the address is left for the caller to fill in (parse_url).
+Args parse_args(int argc, char** argv);
+
+// http://HOST[:PORT]/PATH (HOST may be [IPv6]) into a's host, port, path and Host header.
+void parse_url(const std::string& url, Args& a);
+
+// The whole request, built once and shared read-only by every thread: GET PATH, or POST of `body` when
+// --body was given; Host unless a --header sets it.
+std::string build_request(const Args& a, const std::string& body);
+
+}  // namespace aotc_load
