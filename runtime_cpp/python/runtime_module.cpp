@@ -1,6 +1,7 @@
 // aotc._runtime: the pybind11 front end of aotc_runtime. The only file of runtime_cpp/ that knows Python.
 //
-// Session(path, num_runners=1, device_index=-1, verify_hashes=True); run(list[np.ndarray]) -> list[np.ndarray].
+// Session(path, num_runners=1, device_index=-1, verify_hashes=True); run(list[np.ndarray]) -> list[np.ndarray];
+// compare(actual, expected, atol, rtol) -> dict, the C++ side of the parity rule (aotc::compare).
 // Inputs are borrowed without a copy when their strides are positive multiples of the itemsize (a
 // non-contiguous view is then made contiguous by Session::run); outputs are returned without a copy,
 // each ndarray owning its at::Tensor. bfloat16 has no NumPy dtype: such outputs come back as float32
@@ -203,6 +204,21 @@ PYBIND11_MODULE(_runtime, m) {
       .def_property_readonly("manifest_json", &PySession::manifest_json)
       .def_property_readonly("path", &PySession::path);
 
+  m.def(
+      "compare",
+      [](py::array actual, py::array expected, double atol, double rtol) {
+        std::vector<py::array> keep;
+        aotc::Comparison c = aotc::compare(to_tensor(actual, 0, keep), to_tensor(expected, 1, keep), atol, rtol);
+        py::dict out;
+        out["ok"] = c.ok;
+        out["max_abs"] = c.max_abs;
+        out["max_rel"] = c.max_rel;
+        out["mismatched"] = c.mismatched;
+        out["mismatch"] = c.mismatch;
+        return out;
+      },
+      py::arg("actual"), py::arg("expected"), py::arg("atol"), py::arg("rtol"),
+      "aotc::compare, the parity rule aotc-run checks with: {ok, max_abs, max_rel, mismatched, mismatch}.");
   m.def("read_manifest_json", [](const std::string& path) { return aotc::read_manifest(path).raw_json; },
         py::arg("path"), "The package's manifest JSON, without loading its code.");
 }

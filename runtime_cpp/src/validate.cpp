@@ -94,36 +94,41 @@ void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& in
 }
 
 Comparison compare(const at::Tensor& got, const at::Tensor& expected, double atol, double rtol) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
   Comparison c;
-  if (got.scalar_type() != expected.scalar_type()) {
-    c.mismatch = "dtype " + dtype_of(got) + " vs expected " + dtype_of(expected);
+  auto problem = [&](std::string what) {
+    c.mismatch = std::move(what);
+    c.max_abs = c.max_rel = inf;
+    c.mismatched = expected.numel();
     return c;
+  };
+  if (!got.sizes().equals(expected.sizes()))
+    return problem("shape " + join_shape(got.sizes()) + " vs expected " + join_shape(expected.sizes()));
+  if (got.scalar_type() != expected.scalar_type())
+    return problem("dtype " + dtype_of(got) + " vs expected " + dtype_of(expected));
+  c.ok = true;
+  if (expected.numel() == 0) return c;
+  const at::Tensor x = got.detach().to(at::kCPU), y = expected.detach().to(at::kCPU);
+  // Bool and integers compare exactly, in their own dtype: as doubles, int64 values beyond 2^53 that differ
+  // could compare equal.
+  const bool exact = !at::isFloatingType(expected.scalar_type());
+  if (exact) atol = rtol = 0;
+  const at::Tensor a = x.to(at::kDouble), b = y.to(at::kDouble);
+  const at::Tensor same = exact ? at::eq(x, y) : at::logical_or(a == b, at::logical_and(a.isnan(), b.isnan()));
+  at::Tensor diff = at::where(same, at::zeros_like(a), (a - b).abs());
+  diff = diff.masked_fill(diff.isnan(), inf);
+  c.max_abs = diff.max().item<double>();
+  const at::Tensor within =
+      exact ? same
+            : at::logical_or(same, at::logical_and(at::logical_and(at::isfinite(a), at::isfinite(b)),
+                                                   diff <= atol + rtol * b.abs()));
+  c.mismatched = expected.numel() - within.sum().item<int64_t>();
+  c.ok = c.mismatched == 0;
+  const at::Tensor significant = at::logical_and(at::logical_not(same), b.abs() > atol);
+  if (significant.any().item<bool>()) {
+    at::Tensor rel = diff.masked_select(significant) / b.abs().masked_select(significant);
+    c.max_rel = rel.masked_fill(rel.isnan(), inf).max().item<double>();
   }
-  if (!got.sizes().equals(expected.sizes())) {
-    c.mismatch = "shape " + join_shape(got.sizes()) + " vs expected " + join_shape(expected.sizes());
-    return c;
-  }
-  at::Tensor a = got.detach().to(at::kCPU).to(at::kDouble);
-  at::Tensor b = expected.detach().to(at::kCPU).to(at::kDouble);
-  if (a.numel() == 0) {
-    c.ok = true;
-    return c;
-  }
-  at::Tensor diff = (a - b).abs();
-  // Equal values (infinities included) and NaN in the same places count as equal; a NaN or an
-  // infinity on one side only is a mismatch.
-  at::Tensor same = at::logical_or(a == b, at::logical_and(a.isnan(), b.isnan()));
-  diff = at::where(same, at::zeros_like(diff), diff);
-  at::Tensor nan_diff = diff.isnan();
-  c.max_abs = nan_diff.any().item<bool>() ? std::numeric_limits<double>::infinity() : diff.max().item<double>();
-  // Relative error only where the reference is significant (|b| > atol), as aotc.parity reports it.
-  at::Tensor nz = b.abs() > atol;
-  if (nz.any().item<bool>()) {
-    c.max_rel = (diff.masked_select(nz) / b.abs().masked_select(nz)).max().item<double>();
-    if (std::isnan(c.max_rel)) c.max_rel = std::numeric_limits<double>::infinity();
-  }
-  at::Tensor bound = atol + rtol * b.abs();
-  c.ok = !nan_diff.any().item<bool>() && at::logical_or(same, diff <= bound).all().item<bool>();
   return c;
 }
 

@@ -93,4 +93,57 @@ TEST(Compare, ReportsMaxErrorsAndTolerance) {
   EXPECT_FALSE(aotc::compare(at::tensor({inf}), at::tensor({1.0f}), 1, 1).ok);
 }
 
+TEST(Compare, FollowsTheParityRule) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), finf = std::numeric_limits<float>::infinity();
+  // mismatched counts the elements outside atol + rtol * |b|; the boundary itself is within.
+  auto c = aotc::compare(at::tensor({1.0, 2.5, 3.0, 10.0}, at::kDouble), at::tensor({1.0, 2.0, 3.0, 9.0}, at::kDouble),
+                         0.5, 0.0);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatched, 1);
+  EXPECT_DOUBLE_EQ(c.max_abs, 1.0);
+  EXPECT_DOUBLE_EQ(c.max_rel, 0.25);  // 0.5 / 2 beats 1 / 9
+
+  // A NaN against a number, or a finite value against an infinity, is a mismatch whatever the tolerance:
+  // its difference counts +inf.
+  c = aotc::compare(at::tensor({nan, 1.0f, 2.0f}), at::tensor({1.0f, finf, 2.0f}), 1e9, 1e9);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatched, 2);
+  EXPECT_EQ(c.max_abs, inf);
+  EXPECT_EQ(c.max_rel, inf);
+  c = aotc::compare(at::tensor({finf}), at::tensor({-finf}), 1, 1);
+  EXPECT_EQ(c.mismatched, 1);
+  EXPECT_EQ(c.max_abs, inf);
+
+  // The reference at or below atol takes no part in max_rel.
+  c = aotc::compare(at::tensor({0.5f, 0.0f}), at::tensor({0.0f, 0.0f}), 1.0, 0.0);
+  EXPECT_TRUE(c.ok);
+  EXPECT_FLOAT_EQ(static_cast<float>(c.max_abs), 0.5f);
+  EXPECT_EQ(c.max_rel, 0.0);
+
+  // Integers and bools compare exactly, whatever atol and rtol say, also beyond what a double holds.
+  c = aotc::compare(at::tensor(std::vector<int64_t>{int64_t{1} << 60, 5}),
+                    at::tensor(std::vector<int64_t>{(int64_t{1} << 60) + 1, 4}), 10, 10);
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.mismatched, 2);
+  EXPECT_DOUBLE_EQ(c.max_rel, 0.25);
+  c = aotc::compare(at::tensor({1, 0}).to(at::kBool), at::tensor({1, 1}).to(at::kBool), 1, 1);
+  EXPECT_EQ(c.mismatched, 1);
+  EXPECT_DOUBLE_EQ(c.max_abs, 1.0);
+
+  // Shapes or dtypes that differ: a problem, every element mismatched.
+  c = aotc::compare(at::zeros({2, 3}), at::zeros({3, 2}), 1, 1);
+  EXPECT_EQ(c.mismatch, "shape [2, 3] vs expected [3, 2]");
+  EXPECT_EQ(c.mismatched, 6);
+  EXPECT_EQ(c.max_abs, inf);
+  c = aotc::compare(at::zeros({2}, at::kInt), at::zeros({2}, at::kLong), 1, 1);
+  EXPECT_EQ(c.mismatch, "dtype int32 vs expected int64");
+  EXPECT_FALSE(c.ok);
+
+  c = aotc::compare(at::zeros({0, 4}), at::zeros({0, 4}), 0, 0);
+  EXPECT_TRUE(c.ok);
+  EXPECT_EQ(c.mismatched, 0);
+  EXPECT_EQ(c.max_abs, 0.0);
+}
+
 }  // namespace

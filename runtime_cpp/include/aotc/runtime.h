@@ -171,12 +171,19 @@ Manifest read_manifest(const std::string& package_path);
 // The check Session::run and Session::validate do, on a manifest alone. Throws Error(InvalidInput).
 void validate_inputs(const Manifest& manifest, const std::vector<at::Tensor>& inputs);
 
-// How far `got` is from `expected` under the manifest's parity rule abs(a-b) <= atol + rtol*abs(b).
+// How far `got` is from its reference `expected` under aotc's one parity rule (also aotc_client's
+// compare_array; tests/test_compare_rule.py holds the two to each other). Shapes and dtypes must agree; bool
+// and integer dtypes compare exactly (atol = rtol = 0). An element is "same" when a == b or both are NaN, and
+// within tolerance when it is same or both values are finite and |a - b| <= atol + rtol * |b|: a finite value
+// against an infinity, or a NaN against a number, is always a mismatch. Empty tensors agree.
 struct Comparison {
   bool ok = false;          // shapes and dtypes agree and every element is within tolerance
-  double max_abs = 0.0;     // max |got - expected|
-  double max_rel = 0.0;     // max |got - expected| / |expected| over elements where |expected| > atol
-  std::string mismatch;     // "" when shapes/dtypes agree, else what differs
+  double max_abs = 0.0;     // max |got - expected|, same elements counting 0 and a NaN difference +inf
+  double max_rel = 0.0;     // max |got - expected| / |expected| over the elements not same whose |expected| >
+                            // atol (NaN: +inf); 0 when there are none
+  int64_t mismatched = 0;   // elements not within tolerance
+  std::string mismatch;     // "" when shapes/dtypes agree, else what differs (then max_abs = max_rel = +inf
+                            // and every element counts as mismatched)
 };
 Comparison compare(const at::Tensor& got, const at::Tensor& expected, double atol, double rtol);
 
