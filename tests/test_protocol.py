@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import struct
 import zlib
 
 import numpy as np

@@ -6,15 +6,12 @@ with another dtype, or not at all)."""
 
 from __future__ import annotations
 
-import json
 import re
 import zipfile
 
-import numpy as np
 import pytest
 import torch
 
-from aotc import package
 from aotc.errors import PackageError
 from aotc.manifest import Batch, StaticGraph
 from aotc.pipeline import static_graph_plan

@@ -104,8 +104,6 @@ def load_package(path: str, device_index: int | None = None, verify: bool = True
     if reason:
         raise PackageError(f"{path} cannot run here: {reason}")
     ensure_libstdcxx_global()
-    import torch
-
     try:
         from torch._inductor.package import load_package as load_aoti
 

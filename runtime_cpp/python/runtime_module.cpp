@@ -219,6 +219,4 @@ PYBIND11_MODULE(_runtime, m) {
       },
       py::arg("actual"), py::arg("expected"), py::arg("atol"), py::arg("rtol"),
       "aotc::compare, the parity rule aotc-run checks with: {ok, max_abs, max_rel, mismatched, mismatch}.");
-  m.def("read_manifest_json", [](const std::string& path) { return aotc::read_manifest(path).raw_json; },
-        py::arg("path"), "The package's manifest JSON, without loading its code.");
 }
