@@ -15,7 +15,7 @@ std::string json_text(const Value& v) {
   rapidjson::StringBuffer sb;
   rapidjson::Writer<rapidjson::StringBuffer> w(sb);
   v.Accept(w);
-  return std::string(sb.GetString(), sb.GetSize());
+  return done(sb);
 }
 
 }  // namespace

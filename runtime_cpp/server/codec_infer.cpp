@@ -322,7 +322,7 @@ std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_len
   }
   w.EndArray();
   w.EndObject();
-  std::vector<Bytes> pieces{Bytes(std::string(sb.GetString(), sb.GetSize()))};
+  std::vector<Bytes> pieces{Bytes(done(sb))};
   *json_length = any_binary ? sb.GetSize() : std::string::npos;
   for (const auto& o : r.outputs)
     if (o.binary && !o.shm) pieces.push_back(o.tensor.bytes);  // views of the output tensors: written to the socket as they are
@@ -359,7 +359,7 @@ std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions) {
     w.EndObject();
   }
   w.EndArray();
-  return std::string(sb.GetString(), sb.GetSize());
+  return done(sb);
 }
 
 }  // namespace aotc::server::codec
