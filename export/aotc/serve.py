@@ -15,23 +15,23 @@ import sys
 from aotc.errors import AotcError
 
 
-def server_executable() -> str:
-    """aotc-server next to sys.executable (the venv's bin/), else on PATH."""
-    candidate = os.path.join(os.path.dirname(sys.executable), "aotc-server")
+def installed_binary(name: str) -> str:
+    """One of aotc's executables (aotc-server, aotc-run) next to sys.executable (the venv's bin/), else on PATH."""
+    candidate = os.path.join(os.path.dirname(sys.executable), name)
     if os.access(candidate, os.X_OK):
         return candidate
-    found = shutil.which("aotc-server")
+    found = shutil.which(name)
     if found:
         return found
-    raise AotcError(f"aotc-server not found next to {sys.executable} or on PATH; build it with `make build` "
-                    f"(or serve with `aotc serve --python DIR`)")
+    raise AotcError(f"{name} not found next to {sys.executable} or on PATH; build it with `make build`")
+
 
 
 def server_argv(argv: list[str]) -> list[str]:
     """`REPO [FLAGS...]` -> aotc-server's argv: `--model-repository REPO FLAGS...`. A line that already names
     --model-repository goes as it is. Raises AotcError when REPO is missing or not a directory."""
     if any(a == "--model-repository" or a.startswith("--model-repository=") for a in argv):
-        return [server_executable(), *argv]
+        return [installed_binary("aotc-server"), *argv]
     if not argv or argv[0].startswith("-"):
         raise AotcError("aotc serve needs a model repository first: aotc serve REPO [aotc-server flags...] "
                         "(aotc serve --help lists the flags)")
@@ -39,7 +39,7 @@ def server_argv(argv: list[str]) -> list[str]:
     if not os.path.isdir(repository):
         raise AotcError(f"model repository '{repository}' is not a directory; expected DIR/<model>/<version>/"
                         f"model.pt2")
-    return [server_executable(), "--model-repository", repository, *flags]
+    return [installed_binary("aotc-server"), "--model-repository", repository, *flags]
 
 
 def exec_server(argv: list[str]) -> int:

@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     from aotc import serve
 
     if any(a in ("--help", "-h") for a in argv):
-        help_text = subprocess.run([serve.server_executable(), "--help"], capture_output=True, text=True).stdout
+        help_text = subprocess.run([serve.installed_binary("aotc-server"), "--help"], capture_output=True, text=True).stdout
         sys.stdout.write(USAGE + help_text)
         return 0
     return serve.exec_server(serve.server_argv(argv))
