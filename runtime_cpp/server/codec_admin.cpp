@@ -66,13 +66,13 @@ ModelConfig parse_model_config(const std::string& text) {
       if (!e.IsObject()) throw bad_request(at + " must be " + group);
       InstanceGroup g;
       for (const auto& m : e.GetObject()) {
-        std::string key = m.name.GetString();
+        std::string key = str(m.name);
         if (key == "count") {
           if (!m.value.IsInt64() || m.value.GetInt64() < 1 || m.value.GetInt64() > 256)
             throw bad_request(at + ".count must be an integer in 1..256, got " + json_text(m.value));
           g.count = m.value.GetInt64();
         } else if (key == "kind") {
-          std::string kind = m.value.IsString() ? m.value.GetString() : json_text(m.value);
+          std::string kind = m.value.IsString() ? str(m.value) : json_text(m.value);
           if (kind != "KIND_GPU" && kind != "KIND_CPU")
             throw bad_request(at + ".kind must be \"KIND_GPU\" or \"KIND_CPU\", got " + json_text(m.value));
           g.kind = kind;
@@ -102,7 +102,7 @@ void write_tensor_infos(Writer& w, const std::vector<TensorInfo>& ts) {
   w.StartArray();
   for (const auto& t : ts) {
     w.StartObject();
-    w.Key("name"); w.String(t.name.c_str());
+    w.Key("name"); write_text(w, t.name);
     w.Key("datatype"); w.String(wire_type_name(t.type));
     w.Key("shape"); write_shape(w, t.shape);
     w.EndObject();
@@ -114,7 +114,7 @@ void write_config_tensors(Writer& w, const std::vector<TensorInfo>& ts, bool dro
   w.StartArray();
   for (const auto& t : ts) {
     w.StartObject();
-    w.Key("name"); w.String(t.name.c_str());
+    w.Key("name"); write_text(w, t.name);
     w.Key("data_type"); w.String(triton_type_name(t.type));
     w.Key("dims");
     w.StartArray();
@@ -139,7 +139,7 @@ std::string write_error(const std::string& message) {
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
-  w.Key("error"); w.String(message.c_str(), message.size());
+  w.Key("error"); write_text(w, message);
   w.EndObject();
   return done(sb);
 }
@@ -157,7 +157,7 @@ std::string write_model_ready(const std::string& name, bool ready) {
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
-  w.Key("name"); w.String(name.c_str());
+  w.Key("name"); write_text(w, name);
   w.Key("ready"); w.Bool(ready);
   w.EndObject();
   return done(sb);
@@ -167,11 +167,11 @@ std::string write_server_metadata(const ServerInfo& info) {
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
-  w.Key("name"); w.String(info.name.c_str());
-  w.Key("version"); w.String(info.version.c_str());
+  w.Key("name"); write_text(w, info.name);
+  w.Key("version"); write_text(w, info.version);
   w.Key("extensions");
   w.StartArray();
-  for (const auto& e : info.extensions) w.String(e.c_str());
+  for (const auto& e : info.extensions) write_text(w, e);
   w.EndArray();
   w.EndObject();
   return done(sb);
@@ -181,10 +181,10 @@ std::string write_model_metadata(const ModelInfo& info, const std::vector<std::s
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
-  w.Key("name"); w.String(info.name.c_str());
+  w.Key("name"); write_text(w, info.name);
   w.Key("versions");
   w.StartArray();
-  for (const auto& v : versions) w.String(v.c_str());
+  for (const auto& v : versions) write_text(w, v);
   w.EndArray();
   w.Key("platform"); w.String("torch_aoti");
   w.Key("inputs"); write_tensor_infos(w, info.inputs);
@@ -198,7 +198,7 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
   Writer w(sb);
   bool batching = c.max_batch_size > 0;
   w.StartObject();
-  w.Key("name"); w.String(info.name.c_str());
+  w.Key("name"); write_text(w, info.name);
   w.Key("platform"); w.String("torch_aoti");
   w.Key("backend"); w.String("aotc");
   w.Key("max_batch_size"); w.Int64(batching ? c.max_batch_size : 0);
@@ -224,7 +224,7 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
   for (const auto& g : c.instance_group) {
     w.StartObject();
     w.Key("count"); w.Int64(g.count);
-    w.Key("kind"); w.String(g.kind.c_str());
+    w.Key("kind"); write_text(w, g.kind);
     if (!g.gpus.empty()) {
       w.Key("gpus");
       w.StartArray();
@@ -272,8 +272,8 @@ std::string write_stats(const std::vector<ModelStats>& stats) {
   w.StartArray();
   for (const auto& s : stats) {
     w.StartObject();
-    w.Key("name"); w.String(s.name.c_str());
-    w.Key("version"); w.String(s.version.c_str());
+    w.Key("name"); write_text(w, s.name);
+    w.Key("version"); write_text(w, s.version);
     w.Key("last_inference"); w.Uint64(s.last_inference_ms);
     w.Key("inference_count"); w.Uint64(s.inference_count);
     w.Key("execution_count"); w.Uint64(s.execution_count);
@@ -304,8 +304,8 @@ std::string write_stats(const std::vector<ModelStats>& stats) {
     w.StartArray();
     for (const auto& i : s.instances) {
       w.StartObject();
-      w.Key("name"); w.String(i.name.c_str());
-      w.Key("device"); w.String(i.device.c_str());
+      w.Key("name"); write_text(w, i.name);
+      w.Key("device"); write_text(w, i.device);
       w.Key("execution_count"); w.Uint64(i.execution_count);
       w.Key("inference_count"); w.Uint64(i.inference_count);
       w.EndObject();
@@ -324,10 +324,10 @@ std::string write_repository_index(const std::vector<VersionState>& states) {
   w.StartArray();
   for (const auto& s : states) {
     w.StartObject();
-    w.Key("name"); w.String(s.name.c_str());
-    w.Key("version"); w.String(s.version.c_str());
-    w.Key("state"); w.String(s.state.c_str());
-    w.Key("reason"); w.String(s.reason.c_str(), s.reason.size());
+    w.Key("name"); write_text(w, s.name);
+    w.Key("version"); write_text(w, s.version);
+    w.Key("state"); write_text(w, s.state);
+    w.Key("reason"); write_text(w, s.reason);
     w.EndObject();
   }
   w.EndArray();

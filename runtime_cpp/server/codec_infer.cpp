@@ -96,7 +96,7 @@ uint64_t flatten(const Value& v, WireType t, std::string& out, const std::string
 std::string require_string(const Value& obj, const char* key, const std::string& where) {
   const Value* v = member(obj, key);
   if (!v || !v->IsString()) throw bad_request(where + ": missing string field '" + key + "'");
-  return v->GetString();
+  return str(*v);
 }
 
 std::optional<int64_t> int_param(const Value* params, const char* key, const std::string& where) {
@@ -136,7 +136,7 @@ std::optional<SharedMemoryRef> shm_param(const Value* params, const std::string&
   if (*size < 0 || offset.value_or(0) < 0)
     throw bad_request(where + ": shared_memory_byte_size and shared_memory_offset must not be negative");
   SharedMemoryRef ref;
-  ref.region = region->GetString();
+  ref.region = str(*region);
   ref.byte_size = static_cast<uint64_t>(*size);
   ref.offset = static_cast<uint64_t>(offset.value_or(0));
   return ref;
@@ -215,7 +215,7 @@ InferRequest parse_infer_request(std::string_view body, size_t json_length) {
   InferRequest req;
   if (const Value* id = member(doc, "id")) {
     if (!id->IsString()) throw bad_request("request 'id' must be a string");
-    req.id = id->GetString();
+    req.id = str(*id);
   }
   const Value* params = params_of(doc, "request");
   req.binary_output_default = bool_param(params, "binary_data_output", "request").value_or(false);
@@ -293,20 +293,20 @@ std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_len
   rapidjson::StringBuffer sb;
   Writer w(sb);
   w.StartObject();
-  w.Key("model_name"); w.String(r.model_name.c_str());
-  w.Key("model_version"); w.String(r.model_version.c_str());
-  if (r.id) { w.Key("id"); w.String(r.id->c_str(), r.id->size()); }
+  w.Key("model_name"); write_text(w, r.model_name);
+  w.Key("model_version"); write_text(w, r.model_version);
+  if (r.id) { w.Key("id"); write_text(w, *r.id); }
   w.Key("outputs");
   w.StartArray();
   bool any_binary = false;
   for (const auto& o : r.outputs) {
     w.StartObject();
-    w.Key("name"); w.String(o.tensor.name.c_str());
+    w.Key("name"); write_text(w, o.tensor.name);
     w.Key("datatype"); w.String(wire_type_name(o.tensor.type));
     w.Key("shape"); write_shape(w, o.tensor.shape);
     if (o.shm) {
       w.Key("parameters"); w.StartObject();
-      w.Key("shared_memory_region"); w.String(o.shm->region.c_str());
+      w.Key("shared_memory_region"); write_text(w, o.shm->region);
       w.Key("shared_memory_byte_size"); w.Uint64(o.tensor.bytes.size());
       if (o.shm->offset) { w.Key("shared_memory_offset"); w.Uint64(o.shm->offset); }
       w.EndObject();
@@ -352,8 +352,8 @@ std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions) {
   w.StartArray();
   for (const auto& r : regions) {
     w.StartObject();
-    w.Key("name"); w.String(r.name.c_str());
-    w.Key("key"); w.String(r.key.c_str());
+    w.Key("name"); write_text(w, r.name);
+    w.Key("key"); write_text(w, r.key);
     w.Key("offset"); w.Uint64(r.offset);
     w.Key("byte_size"); w.Uint64(r.byte_size);
     w.EndObject();

@@ -54,6 +54,9 @@ inline void parse_document(rapidjson::Document& doc, std::string_view text, cons
   if (!doc.IsObject()) throw bad_request(std::string(what) + " must be a JSON object");
 }
 
+// A JSON string's bytes, all of them: GetString() alone would stop at an escaped NUL ("a\u0000b" -> "a").
+inline std::string str(const Value& v) { return std::string(v.GetString(), v.GetStringLength()); }
+
 inline const Value* member(const Value& obj, const char* key) {
   auto it = obj.FindMember(key);
   return it == obj.MemberEnd() ? nullptr : &it->value;
@@ -63,6 +66,53 @@ inline void write_shape(Writer& w, const std::vector<int64_t>& shape) {
   w.StartArray();
   for (int64_t d : shape) w.Int64(d);
   w.EndArray();
+}
+
+// The length of the well-formed UTF-8 sequence that begins at s[i] (Unicode's table 3-7: no overlong forms,
+// no surrogates, nothing past U+10FFFF), or 0 when none does.
+inline size_t utf8_length(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) n = 2;
+  else if (c == 0xE0) n = 3, lo = 0xA0;
+  else if (c == 0xED) n = 3, hi = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) n = 3;
+  else if (c == 0xF0) n = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) n = 4;
+  else if (c == 0xF4) n = 4, hi = 0x8F;
+  else return 0;
+  if (s.size() - i < n || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+  return n;
+}
+
+// Writes text that may hold a client's bytes (a name, an id, an error quoting them) as a JSON string that is
+// valid UTF-8 whatever those bytes were: each byte that is not part of well-formed UTF-8 becomes the four
+// characters \xNN (Python's "backslashreplace"), so the name stays recognisable. Embedded NULs are kept
+// (RapidJSON escapes them).
+inline void write_text(Writer& w, std::string_view s) {
+  size_t i = 0, n = 0;
+  while (i < s.size() && (n = utf8_length(s, i))) i += n;
+  if (i == s.size()) {
+    w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+    return;
+  }
+  static const char hex[] = "0123456789abcdef";
+  std::string out(s.substr(0, i));
+  while (i < s.size()) {
+    if ((n = utf8_length(s, i))) {
+      out.append(s.data() + i, n);
+      i += n;
+    } else {
+      const auto c = static_cast<unsigned char>(s[i++]);
+      out += {'\\', 'x', hex[c >> 4], hex[c & 15]};
+    }
+  }
+  w.String(out.data(), static_cast<rapidjson::SizeType>(out.size()));
 }
 
 inline std::string done(rapidjson::StringBuffer& sb) { return std::string(sb.GetString(), sb.GetSize()); }
