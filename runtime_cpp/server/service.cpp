@@ -48,6 +48,7 @@ std::vector<Tensor> validate(const ModelInfo& info, std::vector<Tensor>& given) 
                         wire_type_name(it->type));
     check_dims(t, *it);
     ordered[i] = std::move(t);
+    t.name = ordered[i].name;  // still named in the request, for errors after the call (shared memory's verify)
   }
   for (size_t i = 0; i < seen.size(); ++i)
     if (!seen[i]) throw bad_request("missing input '" + info.inputs[i].name + "'; model '" + info.name + "' takes " + names(info.inputs));
@@ -126,6 +127,7 @@ InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRe
     o.binary = binary || o.tensor.type == WireType::FP16 || o.tensor.type == WireType::BF16;
     r.outputs.push_back(std::move(o));
   }
+  shm.verify(request);  // a region whose object shrank during the call: what it read or wrote there is lost
   return r;
 }
 

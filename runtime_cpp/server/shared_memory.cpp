@@ -13,19 +13,44 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shm_guard.h"
+
 namespace aotc::server {
 
-// One mapped region: [offset, offset + byte_size) of the object, mapped from the page holding `offset`.
+// One mapped region: [offset, offset + byte_size) of the object, mapped from the page holding `offset`; the
+// object stays open for the size check.
 struct SharedMemoryRegistry::Mapping {
   SharedMemoryRegion region;
+  int fd = -1;
   void* base = MAP_FAILED;
   size_t length = 0;
   char* data = nullptr;  // the byte at region.offset
+  std::unique_ptr<ShmGuard> guard;
   std::once_flag pin_once;
   std::shared_ptr<void> pinned;  // page-locked for CUDA copies; unlocked before the unmap
   ~Mapping() {
     pinned.reset();
+    guard.reset();
     if (base != MAP_FAILED) ::munmap(base, length);
+    if (fd >= 0) ::close(fd);
+  }
+
+  // 400 when `ref`'s bytes no longer lie in the object: it shrank below them (fstat), or an access after it
+  // did left the mapping on anonymous memory (the guard was hit).
+  void check(const SharedMemoryRef& ref, const std::string& what, const char* when) const {
+    const std::string region_is = what + ": shared memory region '" + region.name + "' (object '" + region.key + "')";
+    if (guard && guard->hit())
+      throw bad_request(region_is + " shrank while a request used it, and no longer reaches the object; unregister "
+                        "the region and register it again");
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw bad_request(region_is + ": cannot stat the object: " + std::strerror(errno));
+    const uint64_t end = region.offset + ref.offset + ref.byte_size;  // each term checked against byte_size
+    if (static_cast<uint64_t>(st.st_size) < end)
+      throw bad_request(region_is + " shrank " + when + ": the object is now " + std::to_string(st.st_size) +
+                        " bytes, this " + what.substr(0, what.find(' ')) + " needs its bytes up to " +
+                        std::to_string(end) + " (region offset " + std::to_string(region.offset) +
+                        " + shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
+                        std::to_string(ref.byte_size) + "); give the object its size back or register a smaller region");
   }
 };
 
@@ -45,27 +70,25 @@ void SharedMemoryRegistry::add(const SharedMemoryRegion& region) {
     if (regions_.count(region.name))
       throw bad_request(what + " is already registered; unregister it first");
   }
-  int fd = ::shm_open(region.key.c_str(), O_RDWR, 0);
-  if (fd < 0)
+  auto m = std::make_shared<Mapping>();
+  m->region = region;
+  m->fd = ::shm_open(region.key.c_str(), O_RDWR, 0);
+  if (m->fd < 0)
     throw bad_request(what + ": cannot open shared memory object '" + region.key + "': " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < region.offset ||
+  if (::fstat(m->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < region.offset ||
       static_cast<uint64_t>(st.st_size) - region.offset < region.byte_size) {
-    ::close(fd);
     throw bad_request(what + ": offset " + std::to_string(region.offset) + " + byte_size " +
                       std::to_string(region.byte_size) + " exceeds the " + std::to_string(st.st_size) +
                       " bytes of object '" + region.key + "'");
   }
-  auto m = std::make_shared<Mapping>();
-  m->region = region;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t start = region.offset / page * page;
   m->length = static_cast<size_t>(region.offset - start + region.byte_size);
-  m->base = ::mmap(nullptr, m->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
-  const int err = errno;
-  ::close(fd);
-  if (m->base == MAP_FAILED) throw bad_request(what + ": cannot map '" + region.key + "': " + std::strerror(err));
+  m->base = ::mmap(nullptr, m->length, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, static_cast<off_t>(start));
+  if (m->base == MAP_FAILED) throw bad_request(what + ": cannot map '" + region.key + "': " + std::strerror(errno));
   m->data = static_cast<char*>(m->base) + (region.offset - start);
+  m->guard = std::make_unique<ShmGuard>(m->base, m->length);
   std::lock_guard<std::mutex> lk(mu_);
   if (!regions_.emplace(region.name, std::move(m)).second)  // registered meanwhile by another request
     throw bad_request(what + " is already registered; unregister it first");
@@ -92,7 +115,7 @@ std::vector<SharedMemoryRegion> SharedMemoryRegistry::status(const std::string& 
   return out;
 }
 
-std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, const std::string& what,
+std::shared_ptr<char> SharedMemoryRegistry::locate(SharedMemoryRef& ref, const std::string& what,
                                                    bool pin) const {
   std::shared_ptr<Mapping> m;
   {
@@ -106,6 +129,8 @@ std::shared_ptr<char> SharedMemoryRegistry::locate(const SharedMemoryRef& ref, c
     throw bad_request(what + ": shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
                       std::to_string(ref.byte_size) + " exceeds region '" + ref.region + "' (" +
                       std::to_string(m->region.byte_size) + " bytes)");
+  m->check(ref, what, "since it was registered");
+  ref.mapping = m;
   if (pin && pin_)
     std::call_once(m->pin_once, [&] {
       try {
@@ -135,6 +160,16 @@ void SharedMemoryRegistry::resolve(InferRequest& request, bool pin) const {
   }
   for (auto& o : request.outputs)
     if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'", pin);
+}
+
+void SharedMemoryRegistry::verify(const InferRequest& request) const {
+  const auto check = [](const SharedMemoryRef& ref, const std::string& what) {
+    if (auto m = ref.mapping.lock()) static_cast<const Mapping*>(m.get())->check(ref, what, "while the request used it");
+  };
+  for (const auto& [index, ref] : request.input_shm)
+    check(ref, "input '" + (index < request.inputs.size() ? request.inputs[index].name : std::to_string(index)) + "'");
+  for (const auto& o : request.outputs)
+    if (o.shm) check(*o.shm, "output '" + o.name + "'");
 }
 
 }  // namespace aotc::server

@@ -4,6 +4,11 @@
 // through the TCP stack. Off unless aotc-server runs with --allow-shared-memory: a registered key gives the
 // client read and write access to that object with the server's rights.
 //
+// A client may shrink (ftruncate) an object it registered: each request checks the object's size (fstat)
+// covering its bytes before it uses them and again after, and a ShmGuard (shm_guard.h) diverts an access that
+// faults in between, so a shrunk region gets 400 instead of SIGBUS. Each region keeps its object open (one
+// file descriptor) for the size check.
+//
 // Ownership: the registry maps each region; a resolved SharedMemoryRef shares the mapping, so a region
 // unregistered while a request uses it is unmapped when the request lets go. A region that a CUDA model's
 // request names is page-locked (the registry's Pinner) the first time, so that the model copies its outputs
@@ -43,13 +48,17 @@ class SharedMemoryRegistry {
   // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) at its
   // region; with `pin` (the model's ModelInfo::pin_host_io) the regions are page-locked first, once per region (a region
   // the driver refuses to lock stays usable through a copy, and says so on stderr once).
-  // ServeError 400 for an unknown region or a range past its end; 403 when the extension is off.
+  // ServeError 400 for an unknown region, a range past its end, or an object shrunk below it; 403 when the
+  // extension is off.
   void resolve(InferRequest& request, bool pin = false) const;
+  // After the request's model call: ServeError 400 when an object shrank below the request's bytes meanwhile
+  // (what the call read or wrote there is lost). `request` as resolve() left it.
+  void verify(const InferRequest& request) const;
 
  private:
   struct Mapping;
   void check_enabled() const;
-  std::shared_ptr<char> locate(const SharedMemoryRef& ref, const std::string& what, bool pin) const;
+  std::shared_ptr<char> locate(SharedMemoryRef& ref, const std::string& what, bool pin) const;
 
   bool enabled_;
   Pinner pin_;

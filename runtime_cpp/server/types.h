@@ -127,12 +127,15 @@ struct ModelConfig {
 // ---- inference ----
 // Where a tensor lies in a registered shared memory region (Triton's shared_memory_region,
 // shared_memory_offset and shared_memory_byte_size parameters). `data` is set when the region is resolved
-// (shared_memory.h): the byte at `offset`, keeping the region mapped while the request holds it.
+// (shared_memory.h): the byte at `offset`, keeping the region mapped while the request holds it; `mapping`
+// points at the registry's own record of the region (opaque here; `data` owns it), which it checks again
+// after the model call.
 struct SharedMemoryRef {
   std::string region;
   uint64_t offset = 0;
   uint64_t byte_size = 0;
   std::shared_ptr<char> data;
+  std::weak_ptr<const void> mapping;
 };
 
 // A registered region (system shared memory extension): byte_size bytes at offset of the POSIX shared
