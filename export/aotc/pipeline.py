@@ -61,7 +61,14 @@ def tolerance_for(mf, dtype: str) -> Tolerance:
     return Tolerance(max(atol, mf.tolerance["atol"]), max(rtol, mf.tolerance["rtol"]))
 
 
-def export_model_file(spec: str, opts: ExportOptions) -> dict:
+def load_for_export(spec: str, opts: ExportOptions):
+    """The model file as the export sees it: loaded, its example inputs at --example-batch."""
+    mf = load_model_file(spec)
+    return with_example_batch(mf, opts.example_batch) if opts.example_batch is not None else mf
+
+
+def export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
+    """Every stage; `mf`: the model file already loaded by load_for_export (else it is loaded here)."""
     from aotc.export import attention_backend
 
     if opts.sdpa_backend is None and opts.device == "cuda":
@@ -70,18 +77,29 @@ def export_model_file(spec: str, opts: ExportOptions) -> dict:
         # (docs/performance.md). A model without attention is not affected.
         try:
             with attention_backend("flash"):
-                return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"))
+                return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"), mf)
         except NoAttentionKernel:
             pass
     with attention_backend(opts.sdpa_backend):
         return _export_model_file(spec, opts)
 
 
-def _export_model_file(spec: str, opts: ExportOptions) -> dict:
+def _check_device(opts: ExportOptions) -> None:
     import torch
 
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise ExportError("--device cuda asked for, but this machine has no usable CUDA device; use --device cpu")
+
+
+def _output_path(opts: ExportOptions, mf) -> str:
+    out = opts.out or os.path.join(".cache", "pkgs", f"{opts.name or mf.default_name}.pt2")
+    if not out.endswith(".pt2"):
+        raise ExportError(f"output '{out}' must end in .pt2 (AOTInductor's package extension)")
+    return out
+
+
+def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
+    _check_device(opts)
     # the static graphs, counted now with --dynamic-batch, a list of sizes or no default; else (the buckets of a
     # batch range torch.export has yet to find) the stage count goes without a total until it does
     if opts.dynamic_batch:
@@ -95,13 +113,9 @@ def _export_model_file(spec: str, opts: ExportOptions) -> dict:
     prog = report.Progress(None if planned is None else 7 + 2 * planned, quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
-        mf = load_model_file(spec)
-        if opts.example_batch is not None:
-            mf = with_example_batch(mf, opts.example_batch)
+        mf = mf or load_for_export(spec, opts)
         name = opts.name or mf.default_name
-        out = opts.out or os.path.join(".cache", "pkgs", f"{name}.pt2")
-        if not out.endswith(".pt2"):
-            raise ExportError(f"output '{out}' must end in .pt2 (AOTInductor's package extension)")
+        out = _output_path(opts, mf)
         note["text"] = f"inputs {mf.input_names}"
 
     with prog.stage("eager reference run") as note:
@@ -298,6 +312,8 @@ def parse_dynamic_batch(text: str | None) -> tuple[int, int] | None:
 def parse_inductor_configs(items: list[str]) -> dict:
     """["coordinate_descent_tuning=True", ...] -> {key: value}; raises ExportError for an unknown key or a
     value that is not a Python literal."""
+    if not items:
+        return {}  # importing Inductor's config costs seconds (it imports dynamo): only when asked
     import ast
 
     from torch._inductor import config as inductor_config
@@ -319,19 +335,51 @@ def parse_inductor_configs(items: list[str]) -> dict:
     return out
 
 
-def run_export(spec: str, opts: ExportOptions) -> int:
-    """`aotc export`: exports, prints the summary; raises ParityError (the package kept) when a case failed."""
+def run_export(spec: str, opts: ExportOptions, use_cache: bool = True, cache_max_bytes: int | None = None) -> int:
+    """`aotc export`: exports and prints the summary, or with `use_cache` hands back the package of an earlier
+    export with the same key (aotc.cache), saying `cache hit KEY`. Raises ParityError (the package kept, not
+    cached) when a case failed."""
     if not opts.verbose:
         import logging
 
         import torch
 
         torch._logging.set_logs(all=logging.ERROR)  # dynamo/inductor warnings are for torch developers
-    result = export_model_file(spec, opts)
-    print(report.format_summary(result))
+    mf = store = None
+    if use_cache:
+        from aotc import cache
+
+        _check_device(opts)
+        mf = load_for_export(spec, opts)
+        parts = cache.key_parts(mf, opts)
+        key = cache.key_of(parts)
+        store = cache.ExportCache(max_bytes=cache_max_bytes or cache.DEFAULT_MAX_BYTES)
+        hit = store.lookup(key)
+        if hit is not None:
+            out = _output_path(opts, mf)
+            _copy_into_place(hit[0], out)
+            print(f"cache hit {key} ({store.root}; --no-cache exports again)")
+            print(f"package   {out}  ({os.path.getsize(out) / 1e6:.1f} MB)\n{hit[1]}")
+            return 0
+        print(f"cache miss {key}", flush=True)
+    result = export_model_file(spec, opts, mf)
+    summary = report.format_summary(result)
+    print(summary)
     bad = [c["label"] for c in result["parity"] if not c["ok"]]
     if bad:
         tol = result["manifest"].tolerance
         raise ParityError(f"parity failed for {', '.join(bad)}: the package differs from eager beyond "
                           f"atol={tol.atol:g} rtol={tol.rtol:g} (package kept at {result['path']})")
+    if store is not None:  # the summary without its first line, which names where this export wrote it
+        store.store(key, result["path"], summary.split("\n", 1)[1], parts)
     return 0
+
+
+def _copy_into_place(src: str, out: str) -> None:
+    import shutil
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=os.path.dirname(os.path.abspath(out)), prefix=".aotc-", delete=False) as f:
+        tmp = f.name
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, out)

@@ -73,6 +73,12 @@ def add_parser(sub) -> None:
                    help="accept ops that would call back into Python at run time (proxy executor)")
     p.add_argument("--embedding-bag", choices=EMBEDDING_BAG_CHOICES, default=d.embedding_bag,
                    help="how nn.EmbeddingBag is lowered (auto: measure and pick)")
+    p.set_defaults(parser=p)
+    p.add_argument("--no-cache", dest="cache", action="store_false",
+                   help="export even when the export cache ($AOTC_CACHE_DIR, default ~/.cache/aotc) holds this "
+                        "export's package, and do not store it there")
+    p.add_argument("--cache-max-gb", type=float, default=20.0, metavar="GB",
+                   help="the cache's size cap; least recently used entries go first (default %(default)s)")
 
 
 def options(args):
@@ -93,4 +99,7 @@ def options(args):
 def run(args) -> int:
     from aotc import pipeline
 
-    return pipeline.run_export(args.model, options(args))
+    if not args.cache_max_gb > 0:
+        args.parser.error(f"--cache-max-gb {args.cache_max_gb:g}: expected a size above 0")
+    return pipeline.run_export(args.model, options(args), use_cache=args.cache,
+                               cache_max_bytes=int(args.cache_max_gb * (1 << 30)))
