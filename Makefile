@@ -1,6 +1,8 @@
 # aotc: the two set-up commands. Both are idempotent and install everything a fresh Debian 12 machine lacks.
 #   make demo   export the example models, serve them from C++, check parity over HTTP
-#   make test   C++ unit tests (ctest) and the Python test suite
+#   make test   C++ unit tests (ctest), the Python test suite, then test-sanitize: the C++ tests and the
+#               server's black-box subset under ASan+UBSan, the scheduler's tests under TSan
+#               (docs/server.md, Sanitizers)
 # TORCH picks the torch requirement (default: the CPU build this machine has on disk).
 
 TORCH     ?= torch==2.13.0
@@ -12,8 +14,10 @@ BUILD_DIR := build/py
 APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
              pytest pytest-timeout hypothesis httpx matplotlib triton
+# For test-sanitize: llvm-14 (llvm-symbolizer for the stacks).
+APT_PKGS  += llvm-14
 
-.PHONY: all deps build demo test test-cpp test-py bench clean
+.PHONY: all deps build demo test test-cpp test-py test-sanitize test-asan test-tsan bench clean
 
 all: build
 
@@ -52,7 +56,46 @@ test-cpp: build
 test-py: build
 	$(PY) -m pytest -q -m "not cuda and not slow" --timeout=900 tests
 
-test: test-cpp test-py
+test: test-cpp test-py test-sanitize
+
+# --- sanitizers (docs/server.md, Sanitizers) ----------------------------------------------------------------
+# test-asan: the runtime, aotc-server and the C++ tests built with AddressSanitizer and UBSan in $(ASAN_DIR)
+# (only the targets run here), then ctest and the black-box subset below against that aotc-server. A report
+# aborts the process: a unit test fails with it (the death test's expected one goes unseen), and the servers'
+# land in $(ASAN_DIR)/reports, which fail the target whether or not the test that met one failed.
+ASAN_DIR   := build/asan
+ASAN_TESTS := tests/test_protocol.py tests/test_server.py tests/test_server_http.py tests/test_server_shm.py \
+              tests/test_server_error_text.py tests/test_server_batching.py
+ASAN_ENV   := ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer-14 UBSAN_OPTIONS=print_stacktrace=1
+ASAN_LOGS  := ASAN_OPTIONS=log_path=$(CURDIR)/$(ASAN_DIR)/reports/asan \
+              UBSAN_OPTIONS=log_path=$(CURDIR)/$(ASAN_DIR)/reports/ubsan:print_stacktrace=1
+# test-tsan: the scheduler and the shared memory registry with their unit tests under ThreadSanitizer; these
+# files need no libtorch, so they build alone, in seconds.
+TSAN_DIR   := build/tsan
+TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp batch.cpp types.cpp shared_memory.cpp shm_guard.cpp \
+                tests/test_scheduler.cpp tests/test_shared_memory.cpp)
+SERVER_HDRS := $(wildcard runtime_cpp/server/*.h)
+
+test-sanitize: test-asan test-tsan
+
+test-asan: build
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DAOTC_SANITIZE=address,undefined \
+	  -DAOTC_BUILD_PYTHON=OFF -DCMAKE_PREFIX_PATH=$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)') >/dev/null
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake --build $(ASAN_DIR) --target aotc-server aotc_runtime_tests aotc_server_tests
+	rm -rf $(ASAN_DIR)/reports && mkdir -p $(ASAN_DIR)/reports
+	$(ASAN_ENV) $(VENV)/bin/ctest --test-dir $(ASAN_DIR) -j2 --output-on-failure
+	$(ASAN_ENV) $(ASAN_LOGS) AOTC_SERVER_BIN=$(CURDIR)/$(ASAN_DIR)/runtime_cpp/server/aotc-server \
+	  $(PY) -m pytest -q -k "not python" --timeout=600 $(ASAN_TESTS)
+	@if ls $(ASAN_DIR)/reports/* >/dev/null 2>&1; then cat $(ASAN_DIR)/reports/*; \
+	  echo "test-asan: the sanitizer reports above"; exit 1; fi
+
+$(TSAN_DIR)/server_tests: $(TSAN_SRCS) $(SERVER_HDRS) | $(VENV)/.apt-stamp
+	@mkdir -p $(@D)
+	g++ -std=c++17 -O1 -g -fsanitize=thread -Wall -Wextra -Iruntime_cpp/server $(TSAN_SRCS) -lgtest -lgtest_main \
+	  -pthread -o $@
+
+test-tsan: $(TSAN_DIR)/server_tests
+	TSAN_OPTIONS=halt_on_error=1 $< --gtest_repeat=20 --gtest_brief=1
 
 demo: build
 	bash scripts/demo.sh
