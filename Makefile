@@ -1,8 +1,8 @@
 # aotc: the two set-up commands. Both are idempotent and install everything a fresh Debian 12 machine lacks.
 #   make demo   export the example models, serve them from C++, check parity over HTTP
 #   make test   C++ unit tests (ctest), the Python test suite, then test-sanitize: the C++ tests and the
-#               server's black-box subset under ASan+UBSan, the scheduler's tests under TSan
-#               (docs/server.md, Sanitizers)
+#               server's black-box subset under ASan+UBSan, the scheduler's tests under TSan, and a bounded
+#               fuzz run of the request decoder (docs/server.md, Sanitizers and fuzzing)
 # TORCH picks the torch requirement (default: the CPU build this machine has on disk).
 
 TORCH     ?= torch==2.13.0
@@ -14,10 +14,10 @@ BUILD_DIR := build/py
 APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
              pytest pytest-timeout hypothesis httpx matplotlib triton
-# For test-sanitize: llvm-14 (llvm-symbolizer for the stacks).
-APT_PKGS  += llvm-14
+# For test-sanitize: clang-14 and libclang-rt-14-dev (libFuzzer), llvm-14 (llvm-symbolizer for the stacks).
+APT_PKGS  += clang-14 libclang-rt-14-dev llvm-14
 
-.PHONY: all deps build demo test test-cpp test-py test-sanitize test-asan test-tsan bench clean
+.PHONY: all deps build demo test test-cpp test-py test-sanitize test-asan test-tsan test-fuzz bench clean
 
 all: build
 
@@ -58,7 +58,7 @@ test-py: build
 
 test: test-cpp test-py test-sanitize
 
-# --- sanitizers (docs/server.md, Sanitizers) ----------------------------------------------------------------
+# --- sanitizers and fuzzing (docs/server.md, Sanitizers and fuzzing) ----------------------------------------
 # test-asan: the runtime, aotc-server and the C++ tests built with AddressSanitizer and UBSan in $(ASAN_DIR)
 # (only the targets run here), then ctest and the black-box subset below against that aotc-server. A report
 # aborts the process: a unit test fails with it (the death test's expected one goes unseen), and the servers'
@@ -74,9 +74,14 @@ ASAN_LOGS  := ASAN_OPTIONS=log_path=$(CURDIR)/$(ASAN_DIR)/reports/asan \
 TSAN_DIR   := build/tsan
 TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp batch.cpp types.cpp shared_memory.cpp shm_guard.cpp \
                 tests/test_scheduler.cpp tests/test_shared_memory.cpp)
-SERVER_HDRS := $(wildcard runtime_cpp/server/*.h)
+# test-fuzz: runtime_cpp/server/fuzz/fuzz_infer.cpp for FUZZ_SECONDS from the seeds in tests/fuzz_corpus/infer;
+# what it learns stays in $(FUZZ_DIR)/corpus, a crash's input goes to $(FUZZ_DIR)/crashes (both outside git).
+FUZZ_DIR     := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SRCS    := $(addprefix runtime_cpp/server/,fuzz/fuzz_infer.cpp codec_infer.cpp codec_admin.cpp types.cpp)
+SERVER_HDRS  := $(wildcard runtime_cpp/server/*.h)
 
-test-sanitize: test-asan test-tsan
+test-sanitize: test-asan test-tsan test-fuzz
 
 test-asan: build
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DAOTC_SANITIZE=address,undefined \
@@ -96,6 +101,17 @@ $(TSAN_DIR)/server_tests: $(TSAN_SRCS) $(SERVER_HDRS) | $(VENV)/.apt-stamp
 
 test-tsan: $(TSAN_DIR)/server_tests
 	TSAN_OPTIONS=halt_on_error=1 $< --gtest_repeat=20 --gtest_brief=1
+
+$(FUZZ_DIR)/fuzz_infer: $(FUZZ_SRCS) $(SERVER_HDRS) runtime_cpp/server/fuzz/ignorelist.txt | $(VENV)/.apt-stamp
+	@mkdir -p $(@D)
+	clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  -fsanitize-ignorelist=runtime_cpp/server/fuzz/ignorelist.txt -Wall -Wextra -Iruntime_cpp/server $(FUZZ_SRCS) -o $@
+
+test-fuzz: $(FUZZ_DIR)/fuzz_infer
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes
+	$< -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 -max_len=65536 \
+	  -dict=tests/fuzz_corpus/infer.dict -artifact_prefix=$(FUZZ_DIR)/crashes/ -print_final_stats=1 \
+	  $(FUZZ_DIR)/corpus tests/fuzz_corpus/infer
 
 demo: build
 	bash scripts/demo.sh
