@@ -1,11 +1,11 @@
-// The HTTP front end of aotc-server: the listening socket, the connection pool, HTTP/1.1 on the wire. What to
-// answer is Routes' (routes.h). Boost.Beast stays behind http.cpp, http_message.{h,cpp} and http_socket.h;
-// nothing here exposes it.
+// The HTTP front end of aotc-server: the listening socket, the connections, HTTP/1.1 on the wire. What to
+// answer is Routes' (routes.h). Boost.Beast and Asio stay behind http.cpp, http_connection.{h,cpp} and
+// http_message.{h,cpp}; nothing here exposes them.
 //
-// Ownership: the HttpServer borrows the Repository (which must outlive it). Threads: one accept thread
-// (the caller of serve()) and a pool of options.http_threads connection threads; an open keep-alive
-// connection holds one thread, so the pool is sized for the connections to serve at once.
-// Blocking: serve() blocks until stop(), then returns once every accepted request has been answered.
+// Ownership: the HttpServer borrows the Repository (which must outlive it). Threads: a pool, started on
+// demand up to options.http_threads, runs Asio's reactor; connections waiting for their clients hold none,
+// a request's handler holds the thread that read the request until its answer is written. Blocking: serve()
+// blocks until stop(), then until every accepted request is answered or options.exit_timeout_s has passed.
 // Thread-safety: stop() and set_ready() may be called from any thread; bind() and serve() from one.
 #pragma once
 
@@ -23,8 +23,12 @@ class HttpServer {
   ~HttpServer();
 
   int bind();        // binds host:port; returns the port. Throws std::runtime_error when it cannot.
-  void serve();      // answers requests until stop()
-  void stop();       // stop accepting; serve() returns when the accepted requests are answered
+  // Answers requests until stop(). True once every accepted request was answered and every connection closed;
+  // false when the exit timeout passed with handlers still running (their threads still hold this server:
+  // the caller must end the process without destroying it).
+  bool serve();
+  // Stop accepting and close idle connections; requests already arriving are still answered.
+  void stop();
   void set_ready(bool ready);
 
  private:

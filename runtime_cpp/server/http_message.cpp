@@ -30,13 +30,11 @@ std::pair<int, std::string> read_failure(const beast::error_code& ec, size_t bod
   if (ec == http::error::body_limit)
     return {413, "request body is larger than --max-body-bytes " + std::to_string(body_limit)};
   if (ec == http::error::header_limit)
-    return {431, "request line and headers exceed " + std::to_string(kHeaderLimit) + " bytes"};
-  if (ec == beast::error::timeout) return {408, "the request did not arrive in time"};
+    return {431, "request line and headers exceed " + std::to_string(kHeaderLimit) + " bytes; send at most that"};
   if (ec == http::error::partial_message)
     return {400, "the request ended before its body did (Content-Length or chunks promised more)"};
   return {400, "malformed HTTP request: " + ec.message()};
 }
-
 
 Response to_response(Reply reply, unsigned version) {
   Response res(static_cast<http::status>(reply.status), version);

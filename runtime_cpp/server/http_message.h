@@ -28,7 +28,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 
-constexpr size_t kHeaderLimit = 64 << 10;  // request line and headers
+constexpr size_t kHeaderLimit = 64 << 10;      // request line and headers (431 beyond)
+constexpr size_t kRequestLineLimit = 8 << 10;  // the request line alone, as nginx (414 beyond)
 
 // one gathered write. Beast's Body concept, serialization only.
 struct PiecesBody {
@@ -68,7 +69,7 @@ using Response = http::response<PiecesBody>;
 // The request path without its query, percent-decoded; nullopt when an escape is malformed.
 std::optional<std::string> request_path(std::string_view target);
 
-// The answer to a request Beast could not read: status and message, or status 0 for "close quietly"
+// The answer to a request Beast could not parse: status and message, or status 0 for "close quietly"
 // (the client went away or never sent a byte).
 std::pair<int, std::string> read_failure(const beast::error_code& ec, size_t body_limit);
 

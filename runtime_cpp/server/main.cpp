@@ -1,15 +1,18 @@
 // aotc-server: serve the packages of a model repository over the Open Inference Protocol, without Python.
 //
-// Threads: main (loads the repository, then polls it when --poll-repository is set), the HTTP accept thread
-// and its connection pool (http.h), one signal thread (SIGTERM/SIGINT are blocked everywhere else and taken
-// with sigwait), and each model version's runners (scheduler.h). Shutdown: a signal stops accepting; every
-// accepted request is answered; exit 0.
+// Threads: main (loads the repository, then polls it when --poll-repository is set), the HTTP pool (http.h),
+// one signal thread (SIGTERM/SIGINT are blocked everywhere else and taken with sigwait), and each model
+// version's runners (scheduler.h). Shutdown: a signal stops accepting; every accepted request is answered;
+// exit 0, or 1 when --exit-timeout-secs passed first.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -28,6 +31,18 @@ void log_line(const std::string& line) {
   std::lock_guard<std::mutex> lock(log_mu);
   std::fprintf(stderr, "aotc-server: %s\n", line.c_str());
   std::fflush(stderr);
+}
+
+// A descriptor per connection: raise the soft limit towards the hard one, so that --max-connections, not
+// the default 1024 descriptors, is what limits them.
+void raise_descriptor_limit(size_t connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlim_t want = static_cast<rlim_t>(connections) + 256;
+  if (lim.rlim_max != RLIM_INFINITY) want = std::min(want, lim.rlim_max);
+  if (want <= lim.rlim_cur) return;
+  lim.rlim_cur = want;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
 }
 
 }  // namespace
@@ -59,6 +74,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
   ::signal(SIGPIPE, SIG_IGN);
+  raise_descriptor_limit(options.max_connections);
 
   Repository repo(options.model_repository, {options.device_index, options.cuda_graphs}, log_line);
   ServerInfo info;
@@ -79,7 +95,8 @@ int main(int argc, char** argv) {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
-  std::thread server([&] { http.serve(); });
+  bool answered_all = true;
+  std::thread server([&] { answered_all = http.serve(); });
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -112,6 +129,12 @@ int main(int argc, char** argv) {
   }
   server.join();
   waiter.join();
+  if (!answered_all) {
+    log_line("exit timeout: " + std::to_string(options.exit_timeout_s) +
+             " s passed with requests still running (--exit-timeout-secs); exiting");
+    std::fflush(nullptr);
+    std::_Exit(1);  // their threads still use the server, which must not be destroyed under them
+  }
   log_line("stopped");
   return 0;
 }

@@ -16,8 +16,15 @@ const char* usage() {
          "  --poll-repository S      rescan the repository every S seconds and hot-swap changes (default 0: off)\n"
          "  --log-requests           log one line per request to stderr\n"
          "  --max-body-bytes N       refuse larger request bodies with 413 (default 67108864)\n"
-         "  --http-threads N         connection threads; each open keep-alive connection holds one (default 512)\n"
-         "  --keep-alive-timeout S   close idle keep-alive connections after S seconds (default 5)\n"
+         "  --http-threads N         requests handled at once, a thread each, started as needed; idle and slow\n"
+         "                           connections hold none (default 512)\n"
+         "  --keep-alive-timeout S   close a connection idle for S seconds between requests (default 5)\n"
+         "  --header-timeout S       answer 408 and close when a request line and headers take longer than S\n"
+         "                           seconds from their first byte (default 30)\n"
+         "  --body-timeout S         answer 408 and close when a body takes longer than S seconds (default 60)\n"
+         "  --max-connections N      answer 503 and close a connection beyond N open ones (default 4096)\n"
+         "  --exit-timeout-secs S    after SIGTERM/SIGINT, answer what was accepted and exit within S seconds\n"
+         "                           (default 30); what is still running then is cut off and the exit code is 1\n"
          "  --device-index N         GPU for CUDA packages unless config.json says 'device_index' (default -1: current)\n"
          "  --no-cuda-graphs         run CUDA packages without CUDA graphs\n"
          "  --intra-op-threads N     threads each CPU model call may use (default: torch's, one per core);\n"
@@ -67,9 +74,10 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       continue;
     }
     static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",
-                                          "--poll-repository", "--max-body-bytes", "--http-threads",
-                                          "--keep-alive-timeout", "--device-index", "--intra-op-threads",
-                                          "--busy-poll-us"};
+                                          "--poll-repository", "--max-body-bytes",
+                                          "--http-threads", "--keep-alive-timeout", "--header-timeout",
+                                          "--body-timeout", "--max-connections", "--exit-timeout-secs",
+                                          "--device-index", "--intra-op-threads", "--busy-poll-us"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw std::invalid_argument("unknown option '" + flag + "'; see --help");
     if (!inline_value) {
@@ -84,6 +92,10 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--max-body-bytes") o.max_body_bytes = static_cast<size_t>(to_int(flag, value, 1, 1LL << 40));
     else if (flag == "--http-threads") o.http_threads = static_cast<size_t>(to_int(flag, value, 1, 100000));
     else if (flag == "--keep-alive-timeout") o.keep_alive_timeout_s = static_cast<int>(to_int(flag, value, 1, 3600));
+    else if (flag == "--header-timeout") o.header_timeout_s = static_cast<int>(to_int(flag, value, 1, 3600));
+    else if (flag == "--body-timeout") o.body_timeout_s = static_cast<int>(to_int(flag, value, 1, 86400));
+    else if (flag == "--max-connections") o.max_connections = static_cast<size_t>(to_int(flag, value, 1, 1000000));
+    else if (flag == "--exit-timeout-secs") o.exit_timeout_s = static_cast<int>(to_int(flag, value, 0, 3600));
     else if (flag == "--device-index") o.device_index = static_cast<int>(to_int(flag, value, -1, 127));
     else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
     else if (flag == "--busy-poll-us") o.busy_poll_us = static_cast<int>(to_int(flag, value, 0, 1000000));

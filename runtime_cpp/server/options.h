@@ -15,9 +15,14 @@ struct ServerOptions {
   int poll_repository_s = 0;                // 0: load once at start
   bool log_requests = false;
   size_t max_body_bytes = 64u << 20;        // wire and decompressed; larger bodies get 413
-  size_t http_threads = 512;                // one per open connection: keep-alive connections hold one
-  int keep_alive_timeout_s = 5;
+  size_t http_threads = 512;                // requests handled at once (threads started on demand); idle and
+                                            // slow connections hold none
+  int keep_alive_timeout_s = 5;             // a connection waiting for its next request is closed after this
   size_t keep_alive_max_requests = 10000;
+  int header_timeout_s = 30;                // the whole request line and headers, from their first byte (408)
+  int body_timeout_s = 60;                  // the whole body, from the end of the headers (408)
+  size_t max_connections = 4096;            // open connections; one more is answered 503 and closed
+  int exit_timeout_s = 30;                  // after SIGTERM/SIGINT, the most seconds until exit
   int device_index = -1;                    // CUDA packages: GPU to load on (config.json may override); -1 current
   bool cuda_graphs = true;                  // CUDA packages: replay a CUDA graph per batch bucket
   int intra_op_threads = 0;                 // > 0: at::set_num_threads before any model loads; 0: torch's default
