@@ -1,6 +1,6 @@
 """aotc-server (C++) under hostile clients, black box over raw sockets: request lines and headers past their
-limits, clients that drip bytes or sit idle by the thousand, more connections than the cap, and SIGTERM
-while clients drip. Each case is one that crashed, locked out or misled the server before (issue 20); after
+limits, clients that drip bytes or sit idle by the thousand, more connections than the cap, SIGTERM while
+clients drip, and a %00 in a path. Each case is one that crashed, locked out or misled the server before (issue 20); after
 each the server must keep serving. Timeouts are set small by flags so the module stays short; nothing here
 measures speed (bench/hostile.py does)."""
 
@@ -108,6 +108,14 @@ def test_a_long_path_gets_414_and_the_server_keeps_serving(srv, method, path, n)
     assert_serving(srv)
 
 
+def test_a_path_just_under_the_limit_is_routed(srv):
+    status, _, body = srv.request("GET", "/v2/models/" + "b" * 8000)
+    assert status == 404 and "unknown model" in json.loads(body)["error"]
+    status, _, body = srv.request("GET", "/v2/models/" + "/x" * 3000)  # thousands of segments
+    assert status == 404 and "no route" in json.loads(body)["error"]
+    assert_serving(srv)
+
+
 def header_request(total: int) -> bytes:
     """A GET whose request line and headers, CRLFs and the blank line included, are exactly `total` bytes."""
     head = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Fill: "
@@ -124,6 +132,13 @@ def test_headers_over_64_kib_get_431_exactly(srv):
     assert exchange(srv, header_request(64 << 10)).startswith(b"HTTP/1.1 200")
     assert error_of(exchange(srv, header_request((64 << 10) + 1)))[0] == 431
     assert_serving(srv)
+
+
+def test_a_nul_in_a_model_name_is_kept_in_the_error(srv):
+    """%00 cut the error text short at the NUL; the message now keeps every byte, escaped in the JSON."""
+    status, _, body = srv.request("GET", "/v2/models/ab%00cd")
+    assert status == 404 and json.loads(body)["error"] == "unknown model 'ab\x00cd'", body
+    assert b"\\u0000" in body
 
 
 # ---- slow and idle clients ----

@@ -1,7 +1,7 @@
-// Routes (routes.h): the route table (one regex per path; a path that matches under another method answers
-// 405), auth, request-body inflation with the same size limit as the wire body, and compression of
-// inference answers. Handlers throw ServeError; answer() is the one place that turns exceptions into a
-// status and {"error": ...}.
+// Routes (routes.h): the route table (patterns matched segment by segment; a path that matches under another
+// method answers 405), auth, request-body inflation with the same size limit as the wire body, and
+// compression of inference answers. Handlers throw ServeError; answer() is the one place that turns
+// exceptions into a status and {"error": ...}.
 #include "routes.h"
 
 #include <zlib.h>
@@ -74,6 +74,18 @@ std::string compress_body(const std::vector<Bytes>& pieces, bool gzip) {
   return out;
 }
 
+// The path's segments after the leading '/' ("/v2/models/m" -> v2, models, m); none when it has no leading '/'.
+std::vector<std::string_view> split_path(std::string_view path) {
+  std::vector<std::string_view> out;
+  if (path.empty() || path[0] != '/') return out;
+  for (size_t start = 1;;) {
+    size_t end = path.find('/', start);
+    out.push_back(path.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start));
+    if (end == std::string_view::npos) return out;
+    start = end + 1;
+  }
+}
+
 }  // namespace
 
 Reply error_reply(int status, const std::string& message) {
@@ -85,119 +97,128 @@ Reply error_reply(int status, const std::string& message) {
 
 struct Routes::Call {
   const HttpRequest& req;
-  std::smatch match;
-  std::string body;  // decoded request body
-  std::string model() const { return match.size() > 1 ? match[1].str() : ""; }
-  std::string version() const { return match.size() > 2 ? match[2].str() : ""; }
+  std::string model, version, region;  // the path's parameters; "" when the route has none
+  std::string body;                    // decoded request body
 };
+
+void Routes::add(const char* method, const std::string& pattern, Handler fn) {
+  size_t open = pattern.find('['), close = pattern.find(']');
+  if (open != std::string::npos) {  // with the optional group, then without
+    add(method, pattern.substr(0, open) + pattern.substr(open + 1, close - open - 1) + pattern.substr(close + 1), fn);
+    add(method, pattern.substr(0, open) + pattern.substr(close + 1), fn);
+    return;
+  }
+  Route r{method, {}, std::move(fn)};
+  for (std::string_view seg : split_path(pattern)) r.segments.emplace_back(seg);
+  routes_.push_back(std::move(r));
+}
 
 Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
     : options_(options), repo_(repo), info_(std::move(info)), shm_(options.allow_shared_memory, pin_host_memory) {
-  const std::string m = "/v2/models/([^/]+)(?:/versions/([^/]+))?";
+  const std::string m = "/v2/models/{model}[/versions/{version}]";
   auto json = [](Reply& r, std::string body, int status = 200) {
     r.status = status;
     r.text(std::move(body));
   };
-  routes_ = {
-      // The hot path first: most requests match the first pattern tried.
-      {"POST", std::regex(m + "/infer"),
-       [](Routes& s, Call& c, Reply& r) {
-         auto sched = s.repo_.get(c.model(), c.version());  // unknown (404) or not ready (503) before parsing the body
-         InferRequest req;
-         std::string hl = c.req.header("Inference-Header-Content-Length");
-         if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
-           throw bad_request("Inference-Header-Content-Length must be a byte count, got '" + hl + "'");
-         if (!hl.empty() && std::stoull(hl) == 0)
-           req = service::raw_request(sched->info(), std::move(c.body));
-         else
-           req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
-         req.model = c.model();
-         req.version = c.version();
-         size_t json_length = 0;
-         r.body = codec::write_infer_response(service::infer(*sched, std::move(req), s.shm_), &json_length);
-         if (json_length != std::string::npos) {
-           r.header_length = json_length;
-           r.content_type = "application/octet-stream";
-         }
-       }},
-      {"GET", std::regex("/v2/health/live"), [json](Routes&, Call&, Reply& r) { json(r, codec::write_flag("live", true)); }},
-      {"GET", std::regex("/v2/health/ready"),
-       [json](Routes& s, Call&, Reply& r) { json(r, codec::write_flag("ready", s.ready_), s.ready_ ? 200 : 503); }},
-      {"GET", std::regex("/v2"), [json](Routes& s, Call&, Reply& r) { json(r, codec::write_server_metadata(s.info_)); }},
-      {"GET", std::regex("/v2/models/stats"),
-       [json](Routes& s, Call&, Reply& r) {
-         std::vector<ModelStats> st;
-         for (const auto& sc : s.repo_.schedulers()) st.push_back(sc->stats());
-         json(r, codec::write_stats(st));
-       }},
-      {"GET", std::regex(m),
-       [json](Routes& s, Call& c, Reply& r) {
-         auto sched = s.repo_.get(c.model(), c.version());
-         json(r, codec::write_model_metadata(sched->info(), s.repo_.ready_versions(c.model())));
-       }},
-      {"GET", std::regex(m + "/ready"),
-       [json](Routes& s, Call& c, Reply& r) {
-         bool ok = true;
-         try {
-           s.repo_.get(c.model(), c.version());
-         } catch (const ServeError& e) {
-           if (e.status() == 404) throw;
-           ok = false;
-         }
-         json(r, codec::write_model_ready(c.model(), ok), ok ? 200 : 503);
-       }},
-      {"GET", std::regex(m + "/config"),
-       [json](Routes& s, Call& c, Reply& r) {
-         auto sched = s.repo_.get(c.model(), c.version());
-         json(r, codec::write_model_config(sched->info(), sched->config()));
-       }},
-      {"GET", std::regex(m + "/stats"),
-       [json](Routes& s, Call& c, Reply& r) {
-         std::vector<ModelStats> st;
-         for (const auto& sc : s.repo_.schedulers(c.model(), c.version())) st.push_back(sc->stats());
-         json(r, codec::write_stats(st));
-       }},
-      {"POST", std::regex("/v2/repository/index"),
-       [json](Routes& s, Call&, Reply& r) { json(r, codec::write_repository_index(s.repo_.index())); }},
-      {"POST", std::regex("/v2/repository/models/([^/]+)/load"),
-       [json](Routes& s, Call& c, Reply& r) {
-         s.repo_.load_model(c.model());
-         json(r, "{}");
-       }},
-      {"POST", std::regex("/v2/repository/models/([^/]+)/unload"),
-       [json](Routes& s, Call& c, Reply& r) {
-         s.repo_.unload_model(c.model());
-         json(r, "{}");
-       }},
-      // Triton's system shared memory extension (shared_memory.h); 403 unless --allow-shared-memory.
-      {"GET", std::regex("/v2/systemsharedmemory(?:/region/([^/]+))?/status"),
-       [json](Routes& s, Call& c, Reply& r) { json(r, codec::write_shm_status(s.shm_.status(c.model()))); }},
-      {"POST", std::regex("/v2/systemsharedmemory/region/([^/]+)/register"),
-       [json](Routes& s, Call& c, Reply& r) {
-         s.shm_.add(codec::parse_shm_register(c.model(), c.body));
-         json(r, "{}");
-       }},
-      {"POST", std::regex("/v2/systemsharedmemory(?:/region/([^/]+))?/unregister"),
-       [json](Routes& s, Call& c, Reply& r) {
-         s.shm_.remove(c.model());
-         json(r, "{}");
-       }},
-      {"GET", std::regex("/metrics"),
-       [](Routes& s, Call&, Reply& r) {
-         r.text(service::metrics_text(s.repo_));
-         r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-       }},
-  };
+  // The hot path first: most requests match the first pattern tried.
+  add("POST", m + "/infer", [](Routes& s, Call& c, Reply& r) {
+    auto sched = s.repo_.get(c.model, c.version);  // unknown (404) or not ready (503) before parsing the body
+    InferRequest req;
+    std::string hl = c.req.header("Inference-Header-Content-Length");
+    if (!hl.empty() && (hl.size() > 12 || hl.find_first_not_of("0123456789") != std::string::npos))
+      throw bad_request("Inference-Header-Content-Length must be a byte count, got '" + hl + "'");
+    if (!hl.empty() && std::stoull(hl) == 0)
+      req = service::raw_request(sched->info(), std::move(c.body));
+    else
+      req = codec::parse_infer_request(c.body, hl.empty() ? c.body.size() : std::stoull(hl));
+    req.model = c.model;
+    req.version = c.version;
+    size_t json_length = 0;
+    r.body = codec::write_infer_response(service::infer(*sched, std::move(req), s.shm_), &json_length);
+    if (json_length != std::string::npos) {
+      r.header_length = json_length;
+      r.content_type = "application/octet-stream";
+    }
+  });
+  add("GET", "/v2/health/live", [json](Routes&, Call&, Reply& r) { json(r, codec::write_flag("live", true)); });
+  add("GET", "/v2/health/ready", [json](Routes& s, Call&, Reply& r) {
+    json(r, codec::write_flag("ready", s.ready_), s.ready_ ? 200 : 503);
+  });
+  add("GET", "/v2", [json](Routes& s, Call&, Reply& r) { json(r, codec::write_server_metadata(s.info_)); });
+  add("GET", "/v2/models/stats", [json](Routes& s, Call&, Reply& r) {
+    std::vector<ModelStats> st;
+    for (const auto& sc : s.repo_.schedulers()) st.push_back(sc->stats());
+    json(r, codec::write_stats(st));
+  });
+  add("GET", m, [json](Routes& s, Call& c, Reply& r) {
+    auto sched = s.repo_.get(c.model, c.version);
+    json(r, codec::write_model_metadata(sched->info(), s.repo_.ready_versions(c.model)));
+  });
+  add("GET", m + "/ready", [json](Routes& s, Call& c, Reply& r) {
+    bool ok = true;
+    try {
+      s.repo_.get(c.model, c.version);
+    } catch (const ServeError& e) {
+      if (e.status() == 404) throw;
+      ok = false;
+    }
+    json(r, codec::write_model_ready(c.model, ok), ok ? 200 : 503);
+  });
+  add("GET", m + "/config", [json](Routes& s, Call& c, Reply& r) {
+    auto sched = s.repo_.get(c.model, c.version);
+    json(r, codec::write_model_config(sched->info(), sched->config()));
+  });
+  add("GET", m + "/stats", [json](Routes& s, Call& c, Reply& r) {
+    std::vector<ModelStats> st;
+    for (const auto& sc : s.repo_.schedulers(c.model, c.version)) st.push_back(sc->stats());
+    json(r, codec::write_stats(st));
+  });
+  add("POST", "/v2/repository/index",
+      [json](Routes& s, Call&, Reply& r) { json(r, codec::write_repository_index(s.repo_.index())); });
+  add("POST", "/v2/repository/models/{model}/load", [json](Routes& s, Call& c, Reply& r) {
+    s.repo_.load_model(c.model);
+    json(r, "{}");
+  });
+  add("POST", "/v2/repository/models/{model}/unload", [json](Routes& s, Call& c, Reply& r) {
+    s.repo_.unload_model(c.model);
+    json(r, "{}");
+  });
+  // Triton's system shared memory extension (shared_memory.h); 403 unless --allow-shared-memory.
+  add("GET", "/v2/systemsharedmemory[/region/{region}]/status",
+      [json](Routes& s, Call& c, Reply& r) { json(r, codec::write_shm_status(s.shm_.status(c.region))); });
+  add("POST", "/v2/systemsharedmemory/region/{region}/register", [json](Routes& s, Call& c, Reply& r) {
+    s.shm_.add(codec::parse_shm_register(c.region, c.body));
+    json(r, "{}");
+  });
+  add("POST", "/v2/systemsharedmemory[/region/{region}]/unregister", [json](Routes& s, Call& c, Reply& r) {
+    s.shm_.remove(c.region);
+    json(r, "{}");
+  });
+  add("GET", "/metrics", [](Routes& s, Call&, Reply& r) {
+    r.text(service::metrics_text(s.repo_));
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+  });
 }
 
 void Routes::handle(const HttpRequest& req, Reply& reply) {
   if (!options_.api_key.empty() && req.path.rfind("/v2/health/", 0) != 0 &&
       req.header("Authorization") != "Bearer " + options_.api_key)
     throw ServeError(401, "missing or wrong API key; send 'Authorization: Bearer <key>' (the server's --api-key)");
+  const std::vector<std::string_view> path = split_path(req.path);
   const char* allowed = nullptr;
   for (const Route& route : routes_) {
-    Call call{req, {}, {}};
-    if (!std::regex_match(req.path, call.match, route.pattern)) continue;
+    if (route.segments.size() != path.size()) continue;
+    Call call{req, {}, {}, {}, {}};
+    bool match = true;
+    for (size_t i = 0; match && i < path.size(); ++i) {
+      const std::string& seg = route.segments[i];
+      if (seg.front() != '{') match = seg == path[i];
+      else if (path[i].empty()) match = false;
+      else if (seg == "{model}") call.model = path[i];
+      else if (seg == "{version}") call.version = path[i];
+      else call.region = path[i];
+    }
+    if (!match) continue;
     if (req.method != route.method && !(req.method == "HEAD" && std::string(route.method) == "GET")) {
       allowed = route.method;
       continue;
@@ -221,7 +242,7 @@ Reply Routes::answer(const HttpRequest& req) {
   try {
     handle(req, reply);
   } catch (const ServeError& e) {
-    return error_reply(e.status(), e.what());
+    return error_reply(e.status(), e.message());
   } catch (const std::exception& e) {
     return error_reply(500, std::string("internal error: ") + e.what());
   }

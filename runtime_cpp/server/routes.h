@@ -3,12 +3,13 @@
 //
 // Ownership: Routes borrows the Repository (which must outlive it). Blocking: answer() runs the request to
 // its end, inference included. Thread-safety: answer() and set_ready() may be called from any thread.
+// Routes are matched segment by segment against a fixed table (no regex, no recursion): the cost is linear
+// in the path, whatever its length.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,11 +52,16 @@ class Routes {
  private:
   struct Call;
   using Handler = std::function<void(Routes&, Call&, Reply&)>;
+  // A path pattern's segments: a literal, or a parameter (one non-empty segment) named "{model}",
+  // "{version}" or "{region}".
   struct Route {
     const char* method;
-    std::regex pattern;
+    std::vector<std::string> segments;
     Handler fn;
   };
+  // Adds `pattern` ("/v2/models/{model}[/versions/{version}]/infer": at most one optional group) as one
+  // route per form.
+  void add(const char* method, const std::string& pattern, Handler fn);
   void handle(const HttpRequest& req, Reply& reply);
 
   ServerOptions options_;

@@ -18,14 +18,18 @@ namespace aotc::server {
 
 using Clock = std::chrono::steady_clock;
 
-// An error the server answers with its own HTTP status and a one-line message.
+// An error the server answers with its own HTTP status and a one-line message. message() keeps every byte
+// (a NUL of a %00 in a path included), what() only those before the first NUL.
 class ServeError : public std::runtime_error {
  public:
-  ServeError(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  ServeError(int status, const std::string& message)
+      : std::runtime_error(message), status_(status), message_(message) {}
   int status() const { return status_; }
+  const std::string& message() const { return message_; }
 
  private:
   int status_;
+  std::string message_;
 };
 
 inline ServeError bad_request(const std::string& m) { return ServeError(400, m); }
