@@ -1,6 +1,6 @@
 """aotc-server (C++) under hostile clients, black box over raw sockets: request lines and headers past their
 limits, clients that drip bytes or sit idle by the thousand, more connections than the cap, SIGTERM while
-clients drip, and a %00 in a path. Each case is one that crashed, locked out or misled the server before (issue 20); after
+clients drip, readiness with a broken model, --exit-on-error, and a %00 in a path. Each case is one that crashed, locked out or misled the server before (issue 20); after
 each the server must keep serving. Timeouts are set small by flags so the module stays short; nothing here
 measures speed (bench/hostile.py does)."""
 
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from launch import Server, server_binary
+from launch import Server, make_repository, server_binary
 from test_server import simple_body
 from test_server_http import assert_serving, error_of, exchange, read_response
 
@@ -244,10 +244,51 @@ def test_sigterm_with_slow_clients_exits_within_the_deadline(model_repository):
         assert any(a.startswith(b"HTTP/1.1 503") and b"shutting down" in a for a in answers)
 
 
+# ---- readiness and start-up ----
+
+@pytest.fixture
+def broken_repository(tmp_path, pkg_mlp):
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp})
+    (repo / "broken" / "1").mkdir(parents=True)
+    (repo / "broken" / "1" / "model.pt2").write_bytes(pkg_mlp.read_bytes()[: 1 << 16])
+    return repo
+
+
+def test_strict_readiness_waits_for_every_model(broken_repository, pkg_mlp):
+    """/v2/health/ready answered 200 with a model that failed to load; 503 now, until it loads."""
+    with Server("cpp", broken_repository, ready_path="/v2/models/mlp/ready") as s:
+        assert s.json("GET", "/v2/health/ready") == (503, {"ready": False})
+        assert s.json("GET", "/v2/health/live")[0] == 200
+        deadline = time.monotonic() + 10
+        while "not ready while 1 model(s) are not" not in s.log():  # logged once the initial load is done
+            assert time.monotonic() < deadline, s.log()
+            time.sleep(0.05)
+        (broken_repository / "broken" / "1" / "model.pt2").write_bytes(pkg_mlp.read_bytes())
+        assert s.json("POST", "/v2/repository/models/broken/load", {})[0] == 200
+        assert s.json("GET", "/v2/health/ready") == (200, {"ready": True})
+        assert s.json("POST", "/v2/repository/models/mlp/unload", {})[0] == 200  # unloaded on purpose: ready
+        assert s.json("GET", "/v2/health/ready") == (200, {"ready": True})
+
+
+def test_no_strict_readiness_is_ready_with_a_broken_model(broken_repository):
+    with Server("cpp", broken_repository, "--no-strict-readiness") as s:
+        assert s.json("GET", "/v2/health/ready") == (200, {"ready": True})
+        assert s.json("GET", "/v2/models/broken/ready")[0] == 503
+
+
+def test_exit_on_error_names_the_broken_model(broken_repository):
+    r = subprocess.run([str(server_binary()), "--model-repository", str(broken_repository), "--http-port", "0",
+                        "--exit-on-error"], capture_output=True, text=True, timeout=120)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("aotc-server: error:")]
+    assert r.returncode == 1 and len(errors) == 1, r.stderr
+    assert "--exit-on-error" in errors[0] and "model 'broken'" in errors[0] and "corrupt" in errors[0]
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--max-connections", "0"], "--max-connections expects an integer in 1..1000000, got '0'"),
     (["--header-timeout", "0"], "--header-timeout expects an integer in 1..3600, got '0'"),
     (["--exit-timeout-secs", "x"], "--exit-timeout-secs expects an integer in 0..3600, got 'x'"),
+    (["--no-strict-readiness=1"], "--no-strict-readiness takes no value"),
 ])
 def test_bad_limit_flags_exit_with_one_line(flags, message):
     r = subprocess.run([str(server_binary()), "--model-repository", ".", *flags],

@@ -117,7 +117,7 @@ def test_bad_instance_groups_are_refused_while_others_serve(tmp_path, pkg_mlp):
     (xs,), (ys,) = read_samples(pkg_mlp)[0]
     models = {"mlp": pkg_mlp, "runners": pkg_mlp, **{name: pkg_mlp for name in BAD_GROUPS}}
     configs = {"runners": {"num_runners": 2}, **{name: cfg for name, (cfg, _) in BAD_GROUPS.items()}}
-    with Server("cpp", make_repository(tmp_path / "repo", models, configs)) as s:
+    with Server("cpp", make_repository(tmp_path / "repo", models, configs), "--no-strict-readiness") as s:
         _, index = s.json("POST", "/v2/repository/index", {})
         by_name = {e["name"]: e for e in index}
         log = s.log()
@@ -167,7 +167,7 @@ def test_instances_on_two_gpus(tmp_path, cuda_mlp):
         "cpu": {"instance_group": [{"count": 1, "kind": "KIND_CPU"}]},
     })
     requests = distinct_requests(len(xs), 64)
-    with Server("cpp", repo) as s:
+    with Server("cpp", repo, "--no-strict-readiness") as s:  # "far" and "cpu" never get ready
         _, cfg = s.json("GET", "/v2/models/both/config")
         assert cfg["instance_group"] == [{"count": 2, "kind": "KIND_GPU"}], cfg
         _, cfg = s.json("GET", "/v2/models/gpu1/config")

@@ -111,8 +111,20 @@ int main(int argc, char** argv) {
   });
 
   repo.load_all();
+  const std::vector<VersionState> broken = repo.not_ready();
+  if (options.exit_on_error && !broken.empty()) {
+    std::string why;
+    for (const VersionState& m : broken) why += (why.empty() ? "" : "; ") + ("model '" + m.name + "': " + m.reason);
+    log_line("error: --exit-on-error: " + std::to_string(broken.size()) + " model(s) not ready: " + why);
+    std::fflush(nullptr);
+    std::_Exit(1);  // the HTTP threads and runners are running; nothing of theirs needs to finish
+  }
   http.set_ready(true);
-  log_line("ready");
+  if (options.strict_readiness && !broken.empty())
+    log_line("serving, but not ready while " + std::to_string(broken.size()) +
+             " model(s) are not (strict readiness; --no-strict-readiness to turn it off)");
+  else
+    log_line("ready");
   {
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {

@@ -25,6 +25,9 @@ const char* usage() {
          "  --max-connections N      answer 503 and close a connection beyond N open ones (default 4096)\n"
          "  --exit-timeout-secs S    after SIGTERM/SIGINT, answer what was accepted and exit within S seconds\n"
          "                           (default 30); what is still running then is cut off and the exit code is 1\n"
+         "  --no-strict-readiness    /v2/health/ready answers 200 once loaded even while a model is not ready\n"
+         "                           (default: 503 while any model of the repository has no READY version)\n"
+         "  --exit-on-error          exit 1 at start when any model fails to load (one line: which and why)\n"
          "  --device-index N         GPU for CUDA packages unless config.json says 'device_index' (default -1: current)\n"
          "  --no-cuda-graphs         run CUDA packages without CUDA graphs\n"
          "  --intra-op-threads N     threads each CPU model call may use (default: torch's, one per core);\n"
@@ -66,11 +69,15 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       inline_value = true;
     }
     if (flag == "--help" || flag == "-h") { *help = true; return o; }
-    if (flag == "--log-requests" || flag == "--no-cuda-graphs" || flag == "--allow-shared-memory") {
+    static const char* const kSwitches[] = {"--log-requests", "--no-cuda-graphs", "--allow-shared-memory",
+                                            "--no-strict-readiness", "--exit-on-error"};
+    if (std::find(std::begin(kSwitches), std::end(kSwitches), flag) != std::end(kSwitches)) {
       if (inline_value) throw std::invalid_argument(flag + " takes no value; see --help");
       if (flag == "--log-requests") o.log_requests = true;
       else if (flag == "--no-cuda-graphs") o.cuda_graphs = false;
-      else o.allow_shared_memory = true;
+      else if (flag == "--allow-shared-memory") o.allow_shared_memory = true;
+      else if (flag == "--no-strict-readiness") o.strict_readiness = false;
+      else o.exit_on_error = true;
       continue;
     }
     static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",

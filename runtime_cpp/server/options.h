@@ -23,6 +23,8 @@ struct ServerOptions {
   int body_timeout_s = 60;                  // the whole body, from the end of the headers (408)
   size_t max_connections = 4096;            // open connections; one more is answered 503 and closed
   int exit_timeout_s = 30;                  // after SIGTERM/SIGINT, the most seconds until exit
+  bool strict_readiness = true;             // /v2/health/ready: 503 while any model is not ready
+  bool exit_on_error = false;               // exit at start when any model fails to load
   int device_index = -1;                    // CUDA packages: GPU to load on (config.json may override); -1 current
   bool cuda_graphs = true;                  // CUDA packages: replay a CUDA graph per batch bucket
   int intra_op_threads = 0;                 // > 0: at::set_num_threads before any model loads; 0: torch's default

@@ -238,6 +238,19 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
   }
 }
 
+namespace {
+
+// Why a model has no READY version: its own reason, or the last failed version's.
+template <class Entry>
+std::string why_not_ready(const Entry& e) {
+  std::string reason = e.unloaded ? "unloaded" : e.reason;
+  for (const auto& [n, v] : e.versions)
+    if (!v.reason.empty()) reason = "version " + std::to_string(n) + ": " + v.reason;
+  return reason;
+}
+
+}  // namespace
+
 std::shared_ptr<Scheduler> Repository::get(const std::string& name, const std::string& version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
@@ -246,9 +259,7 @@ std::shared_ptr<Scheduler> Repository::get(const std::string& name, const std::s
   if (version.empty()) {
     for (auto v = e.versions.rbegin(); v != e.versions.rend(); ++v)
       if (v->second.scheduler) return v->second.scheduler;
-    std::string reason = e.unloaded ? "unloaded" : e.reason;
-    for (const auto& [n, v] : e.versions)
-      if (!v.reason.empty()) reason = "version " + std::to_string(n) + ": " + v.reason;
+    std::string reason = why_not_ready(e);
     throw unavailable("model '" + name + "' has no ready version" + (reason.empty() ? "" : " (" + reason + ")"));
   }
   auto v = all_digits(version) ? e.versions.find(std::stoll(version)) : e.versions.end();
@@ -274,6 +285,17 @@ std::vector<VersionState> Repository::index() const {
   for (const auto& [name, e] : models_) {
     if (e.versions.empty()) out.push_back({name, "", "UNAVAILABLE", e.unloaded ? "unloaded" : e.reason});
     for (const auto& [n, v] : e.versions) out.push_back({name, std::to_string(n), v.state, v.reason});
+  }
+  return out;
+}
+
+std::vector<VersionState> Repository::not_ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<VersionState> out;
+  for (const auto& [name, e] : models_) {
+    if (e.unloaded) continue;
+    bool ready = std::any_of(e.versions.begin(), e.versions.end(), [](const auto& v) { return v.second.scheduler; });
+    if (!ready) out.push_back({name, "", "UNAVAILABLE", why_not_ready(e)});
   }
   return out;
 }

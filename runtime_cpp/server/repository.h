@@ -40,6 +40,9 @@ class Repository {
   std::shared_ptr<Scheduler> get(const std::string& name, const std::string& version) const;
   std::vector<std::string> ready_versions(const std::string& name) const;
   std::vector<VersionState> index() const;
+  // Models with no READY version, each with why (those unloaded through the API are left out): what strict
+  // readiness waits for and what --exit-on-error exits on.
+  std::vector<VersionState> not_ready() const;
   // Schedulers of every READY version, optionally only `name` (and `version`); throws 404 for unknown ones.
   std::vector<std::shared_ptr<Scheduler>> schedulers(const std::string& name = "",
                                                      const std::string& version = "") const;

@@ -141,8 +141,10 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
     }
   });
   add("GET", "/v2/health/live", [json](Routes&, Call&, Reply& r) { json(r, codec::write_flag("live", true)); });
+  // Strict readiness (Triton's default): not ready while any model of the repository has no READY version.
   add("GET", "/v2/health/ready", [json](Routes& s, Call&, Reply& r) {
-    json(r, codec::write_flag("ready", s.ready_), s.ready_ ? 200 : 503);
+    bool ready = s.ready_ && (!s.options_.strict_readiness || s.repo_.not_ready().empty());
+    json(r, codec::write_flag("ready", ready), ready ? 200 : 503);
   });
   add("GET", "/v2", [json](Routes& s, Call&, Reply& r) { json(r, codec::write_server_metadata(s.info_)); });
   add("GET", "/v2/models/stats", [json](Routes& s, Call&, Reply& r) {
