@@ -1,12 +1,14 @@
 """aotc-server (C++) under hostile clients, black box over raw sockets: request lines and headers past their
 limits, clients that drip bytes or sit idle by the thousand, more connections than the cap, SIGTERM while
-clients drip, readiness with a broken model, --exit-on-error, and a %00 in a path. Each case is one that crashed, locked out or misled the server before (issue 20); after
+clients drip, readiness with a broken model, --exit-on-error, the API key from a file or the environment,
+and a %00 in a path. Each case is one that crashed, locked out or misled the server before (issue 20); after
 each the server must keep serving. Timeouts are set small by flags so the module stays short; nothing here
 measures speed (bench/hostile.py does)."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -284,13 +286,43 @@ def test_exit_on_error_names_the_broken_model(broken_repository):
     assert "--exit-on-error" in errors[0] and "model 'broken'" in errors[0] and "corrupt" in errors[0]
 
 
+# ---- the API key ----
+
+def authorized(s, value: str) -> int:
+    return s.json("GET", "/v2/models/simple", headers={"Authorization": value})[0]
+
+
+def test_api_key_from_a_file_or_the_environment(model_repository, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("fr0m-file\n")
+    with Server("cpp", model_repository, "--api-key-file", str(key_file)) as s:
+        assert authorized(s, "Bearer fr0m-file") == 200 and authorized(s, "Bearer fr0m-fil") == 401
+        assert authorized(s, "Bearer fr0m-file!") == 401 and authorized(s, "Basic fr0m-file") == 401
+        assert b"fr0m-file" not in open(f"/proc/{s.proc.pid}/cmdline", "rb").read()
+    with Server("cpp", model_repository, env={**os.environ, "AOTC_API_KEY": "fr0m-env"}) as s:
+        assert authorized(s, "Bearer fr0m-env") == 200 and s.json("GET", "/v2/models/simple")[0] == 401
+    # a flag wins over the environment
+    with Server("cpp", model_repository, "--api-key-file", str(key_file), env={**os.environ, "AOTC_API_KEY": "e"}) as s:
+        assert authorized(s, "Bearer fr0m-file") == 200 and authorized(s, "Bearer e") == 401
+
+
+def test_the_bearer_scheme_is_case_insensitive(model_repository):
+    with Server("cpp", model_repository, "--api-key", "k3y") as s:
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            assert authorized(s, f"{scheme} k3y") == 200, scheme
+        assert authorized(s, "bearer k3") == 401
+
+
 @pytest.mark.parametrize("flags, message", [
+    (["--api-key", "a", "--api-key-file", "/etc/hostname"], "give --api-key or --api-key-file, not both"),
+    (["--api-key-file", "/no/such/key"], "cannot read --api-key-file '/no/such/key'"),
+    (["--api-key-file", "/dev/null"], "--api-key-file '/dev/null' is empty"),
     (["--max-connections", "0"], "--max-connections expects an integer in 1..1000000, got '0'"),
     (["--header-timeout", "0"], "--header-timeout expects an integer in 1..3600, got '0'"),
     (["--exit-timeout-secs", "x"], "--exit-timeout-secs expects an integer in 0..3600, got 'x'"),
     (["--no-strict-readiness=1"], "--no-strict-readiness takes no value"),
 ])
-def test_bad_limit_flags_exit_with_one_line(flags, message):
+def test_bad_key_and_limit_flags_exit_with_one_line(flags, message):
     r = subprocess.run([str(server_binary()), "--model-repository", ".", *flags],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and message in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
       std::fputs(usage(), stdout);
       return 0;
     }
+    read_api_key(options, std::getenv("AOTC_API_KEY"));
     struct stat st {};
     if (::stat(options.model_repository.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       throw std::invalid_argument("--model-repository '" + options.model_repository + "' is not a directory");

@@ -1,7 +1,11 @@
-// Command-line parsing for aotc-server (options.h). Pure; thread-safe.
+// Command-line parsing for aotc-server (options.h). parse_options is pure and thread-safe; read_api_key reads
+// a file.
 #include "options.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <iterator>
 #include <stdexcept>
 
@@ -12,7 +16,10 @@ const char* usage() {
          "  --model-repository DIR   models as DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json)\n"
          "  --http-port P            port to listen on (default 8000; 0 = any free port)\n"
          "  --host H                 address to bind (default 127.0.0.1)\n"
-         "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/*\n"
+         "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/* (a key on\n"
+         "                           the command line shows in /proc/PID/cmdline: prefer the two below)\n"
+         "  --api-key-file PATH      the same, the key being the first line of PATH (not with --api-key);\n"
+         "                           without either flag, the key is $AOTC_API_KEY when set (a flag wins)\n"
          "  --poll-repository S      rescan the repository every S seconds and hot-swap changes (default 0: off)\n"
          "  --log-requests           log one line per request to stderr\n"
          "  --max-body-bytes N       refuse larger request bodies with 413 (default 67108864)\n"
@@ -60,6 +67,7 @@ long long to_int(const std::string& flag, const std::string& v, long long min, l
 ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
   ServerOptions o;
   *help = false;
+  bool api_key_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
     bool inline_value = false;
@@ -81,7 +89,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       continue;
     }
     static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",
-                                          "--poll-repository", "--max-body-bytes",
+                                          "--api-key-file", "--poll-repository", "--max-body-bytes",
                                           "--http-threads", "--keep-alive-timeout", "--header-timeout",
                                           "--body-timeout", "--max-connections", "--exit-timeout-secs",
                                           "--device-index", "--intra-op-threads", "--busy-poll-us"};
@@ -94,7 +102,15 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     if (flag == "--model-repository") o.model_repository = value;
     else if (flag == "--http-port") o.http_port = static_cast<int>(to_int(flag, value, 0, 65535));
     else if (flag == "--host") o.host = value;
-    else if (flag == "--api-key") o.api_key = value;
+    else if (flag == "--api-key") {
+      if (!o.api_key_file.empty()) throw std::invalid_argument("give --api-key or --api-key-file, not both");
+      o.api_key = value;
+      api_key_given = true;
+    } else if (flag == "--api-key-file") {
+      if (api_key_given) throw std::invalid_argument("give --api-key or --api-key-file, not both");
+      if (value.empty()) throw std::invalid_argument("--api-key-file needs a path; see --help");
+      o.api_key_file = value;
+    }
     else if (flag == "--poll-repository") o.poll_repository_s = static_cast<int>(to_int(flag, value, 0, 86400));
     else if (flag == "--max-body-bytes") o.max_body_bytes = static_cast<size_t>(to_int(flag, value, 1, 1LL << 40));
     else if (flag == "--http-threads") o.http_threads = static_cast<size_t>(to_int(flag, value, 1, 100000));
@@ -110,6 +126,19 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
   }
   if (o.model_repository.empty()) throw std::invalid_argument("--model-repository DIR is required; see --help");
   return o;
+}
+
+void read_api_key(ServerOptions& o, const char* env_key) {
+  if (!o.api_key_file.empty()) {
+    std::ifstream f(o.api_key_file, std::ios::binary);
+    if (!f) throw std::invalid_argument("cannot read --api-key-file '" + o.api_key_file + "': " + std::strerror(errno));
+    std::getline(f, o.api_key);
+    if (!o.api_key.empty() && o.api_key.back() == '\r') o.api_key.pop_back();
+    if (o.api_key.empty())
+      throw std::invalid_argument("--api-key-file '" + o.api_key_file + "' is empty; expected the key on its first line");
+  } else if (o.api_key.empty() && env_key) {
+    o.api_key = env_key;
+  }
 }
 
 }  // namespace aotc::server

@@ -1,4 +1,5 @@
-// aotc-server's options: one struct, filled from the command line. Plain data; parse_options is pure.
+// aotc-server's options: one struct, filled from the command line (and the API key from a file or the
+// environment). Plain data; parse_options is pure, read_api_key reads the key file.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int http_port = 8000;                     // 0 picks a free port (printed at start)
   std::string api_key;                      // non-empty: `Authorization: Bearer KEY` on all but health
+  std::string api_key_file;                 // a file holding the key (read_api_key)
   int poll_repository_s = 0;                // 0: load once at start
   bool log_requests = false;
   size_t max_body_bytes = 64u << 20;        // wire and decompressed; larger bodies get 413
@@ -37,5 +39,10 @@ struct ServerOptions {
 // bad flag and what was expected. Sets *help when --help was given.
 ServerOptions parse_options(const std::vector<std::string>& args, bool* help);
 const char* usage();
+
+// Settles options.api_key: --api-key, else the first line of --api-key-file, else `env_key` (AOTC_API_KEY;
+// may be null). Throws std::invalid_argument with one line when both flags are given or the file cannot be
+// read or is empty.
+void read_api_key(ServerOptions& options, const char* env_key);
 
 }  // namespace aotc::server

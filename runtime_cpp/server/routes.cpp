@@ -6,6 +6,9 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "codec.h"
 #include "model.h"
 #include "service.h"
@@ -72,6 +75,21 @@ std::string compress_body(const std::vector<Bytes>& pieces, bool gzip) {
   out.resize(zs.total_out);
   deflateEnd(&zs);
   return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Whether `given` equals `secret`, in a time that depends on the length of `given` only (not on where they
+// first differ, nor on the secret's length).
+bool same_secret(std::string_view given, std::string_view secret) {
+  volatile unsigned char diff = given.size() != secret.size();
+  for (size_t i = 0; i < given.size(); ++i)
+    diff = diff | static_cast<unsigned char>(given[i] ^ (secret.empty() ? 0 : secret[i % secret.size()]));
+  return diff == 0;
 }
 
 // The path's segments after the leading '/' ("/v2/models/m" -> v2, models, m); none when it has no leading '/'.
@@ -202,10 +220,21 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
   });
 }
 
+// `Authorization: Bearer KEY`, the scheme in any case (RFC 9110 11.1), the key compared in constant time.
+bool Routes::authorized(const HttpRequest& req) const {
+  if (options_.api_key.empty() || req.path.rfind("/v2/health/", 0) == 0) return true;
+  std::string value = req.header("Authorization");
+  std::string_view v = value;
+  size_t space = v.find(' ');
+  if (space == std::string_view::npos || !iequals(v.substr(0, space), "Bearer")) return false;
+  size_t token = v.find_first_not_of(' ', space);
+  return same_secret(token == std::string_view::npos ? std::string_view() : v.substr(token), options_.api_key);
+}
+
 void Routes::handle(const HttpRequest& req, Reply& reply) {
-  if (!options_.api_key.empty() && req.path.rfind("/v2/health/", 0) != 0 &&
-      req.header("Authorization") != "Bearer " + options_.api_key)
-    throw ServeError(401, "missing or wrong API key; send 'Authorization: Bearer <key>' (the server's --api-key)");
+  if (!authorized(req))
+    throw ServeError(401, "missing or wrong API key; send 'Authorization: Bearer <key>' (the key the server was "
+                          "given by --api-key, --api-key-file or AOTC_API_KEY)");
   const std::vector<std::string_view> path = split_path(req.path);
   const char* allowed = nullptr;
   for (const Route& route : routes_) {

@@ -63,6 +63,7 @@ class Routes {
   // route per form.
   void add(const char* method, const std::string& pattern, Handler fn);
   void handle(const HttpRequest& req, Reply& reply);
+  bool authorized(const HttpRequest& req) const;
 
   ServerOptions options_;
   Repository& repo_;
