@@ -39,17 +39,19 @@ def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: lis
     return float(m.group(1))
 
 
-def infer_body(x, name: str, outputs: list[str] | None = None,
+def infer_body(x, name: str | None, outputs: list[str] | None = None,
                shm_outputs: dict[str, tuple[str, int]] | None = None) -> tuple[bytes, dict]:
-    """One binary-tensor request: a JSON header, then x's bytes (x a torch tensor or a numpy array). `outputs`
-    names the outputs to return (each as binary data); None returns all of them. `shm_outputs` {output:
-    (region, byte size)} asks for those outputs in registered shared memory regions instead."""
+    """One binary-tensor request: a JSON header, then x's bytes (x a torch tensor or a numpy array, input
+    `name`; or a dict {input name: array} for several inputs, `name` then unused). `outputs` names the outputs
+    to return (each as binary data); None returns all of them. `shm_outputs` {output: (region, byte size)}
+    asks for those outputs in registered shared memory regions instead."""
     import numpy as np
 
-    arr = np.ascontiguousarray(x if isinstance(x, np.ndarray) else x.numpy())
-    dt = {"float32": "FP32", "int64": "INT64", "float16": "FP16"}[str(arr.dtype)]
-    request = {"inputs": [{"name": name, "shape": list(arr.shape), "datatype": dt,
-                           "parameters": {"binary_data_size": arr.nbytes}}],
+    named = x if isinstance(x, dict) else {name: x}
+    arrays = {n: np.ascontiguousarray(v if isinstance(v, np.ndarray) else v.numpy()) for n, v in named.items()}
+    dt = {"float32": "FP32", "int64": "INT64", "int32": "INT32", "float16": "FP16"}
+    request = {"inputs": [{"name": n, "shape": list(arr.shape), "datatype": dt[str(arr.dtype)],
+                           "parameters": {"binary_data_size": arr.nbytes}} for n, arr in arrays.items()],
                "parameters": {"binary_data_output": True}}
     if outputs is not None:
         request["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
@@ -57,12 +59,14 @@ def infer_body(x, name: str, outputs: list[str] | None = None,
         request["outputs"] = [{"name": n, "parameters": {"shared_memory_region": r, "shared_memory_byte_size": size}}
                               for n, (r, size) in shm_outputs.items()]
     header = json.dumps(request).encode()
-    return header + arr.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
+    body = header + b"".join(arr.tobytes() for arr in arrays.values())
+    return body, {"Inference-Header-Content-Length": str(len(header))}
 
 
 def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None,
               shm_outputs: dict[str, tuple[str, int]] | None = None) -> dict:
-    """Closed-loop load of `concurrency` connections for `seconds` after a 1 s warm-up ->
+    """Closed-loop load of `concurrency` connections for `seconds` after a 1 s warm-up (x, input_name: as
+    infer_body) ->
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
     answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout),
     "answer_bytes" (the body of a 2xx answer)}.
