@@ -1,5 +1,6 @@
-// Connection (http_connection.h): one connection's requests, as a state machine run on its strand; how it
-// waits for its client (parked on the reactor, or hot on its thread) is http_wait.cpp's.
+// Connection (http_connection.h): one connection's requests, as a state machine run on its strand: its
+// phases and deadlines, the handler, the answer; how it reads a request (waits, reads, Beast's parser and
+// the limits) is http_read.cpp's.
 //
 // The calls on the socket are ours and never block: a step reads what has arrived (one recv when a small
 // request is there whole), feeds Beast's parser, runs the handler, and writes the answer in one gathered
@@ -150,78 +151,6 @@ bool Connection::step() {
     case Phase::closed: return false;
   }
   return false;
-}
-
-// The client closed its side: quietly between requests, else the request ended early (400).
-bool Connection::at_eof() {
-  if (phase_ == Phase::idle || !parser_->got_some()) {
-    close();
-    return false;
-  }
-  beast::error_code ec;
-  parser_->put_eof(ec);
-  auto [status, message] = read_failure(ec ? ec : http::error::partial_message, hub_.options.max_body_bytes);
-  if (!status) {
-    close();
-    return false;
-  }
-  fail(status, message);
-  return true;
-}
-
-bool Connection::parse() {
-  if (phase_ == Phase::idle) {
-    set_phase(Phase::header, hub_.options.header_timeout_s * 1000LL);
-    request_start_ns_ = now_ns();
-  }
-  // Beast consumes a header as it parses it, the request line whole, each field whole; header_bytes_ counts
-  // what it took (the call that completes the header stops there), the buffer holds the rest.
-  const bool header_was_done = parser_->is_header_done();
-  if (!header_was_done && header_bytes_ == 0) {  // the buffer starts with the request line
-    std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    size_t eol = data.substr(0, kRequestLineLimit + 1).find('\n');
-    if (eol == std::string_view::npos ? data.size() > kRequestLineLimit : eol > kRequestLineLimit) {
-      fail(414, "the request line is longer than " + std::to_string(kRequestLineLimit) +
-                    " bytes; send a request target (path and query) that fits in it");
-      return true;
-    }
-  }
-  beast::error_code ec;
-  size_t used = parser_->put(buffer_.data(), ec);
-  buffer_.consume(used);
-  if (!header_was_done) {
-    header_bytes_ += used;
-    if (header_bytes_ + (parser_->is_header_done() ? 0 : buffer_.size()) > kHeaderLimit) {
-      fail(431, read_failure(http::error::header_limit, 0).second);
-      return true;
-    }
-  }
-  if (ec == http::error::need_more) {
-    need_bytes_ = true;
-    return true;
-  }
-  if (ec) {
-    auto [status, message] = read_failure(ec, hub_.options.max_body_bytes);
-    if (!status) {
-      close();
-      return false;
-    }
-    fail(status, message);
-    return true;
-  }
-  if (!header_was_done && parser_->is_header_done()) {
-    if (!parser_->is_done()) {
-      set_phase(Phase::body, hub_.options.body_timeout_s * 1000LL);
-      if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
-        phase_ = Phase::interim;  // the body's deadline runs on
-        interim_sent_ = 0;
-        return true;
-      }
-    }
-  }
-  if (parser_->is_done()) return respond();
-  if (buffer_.size() == 0) need_bytes_ = true;
-  return true;
 }
 
 // curl sends Expect: 100-continue for large bodies and waits for this before sending the body.

@@ -1,11 +1,11 @@
 // One HTTP/1.1 connection of aotc-server on Asio's reactor, and what the connections of a server share (Hub).
-// http_connection.cpp runs a connection's requests, http_wait.cpp its waits. Private to the http files
+// http_connection.cpp runs a connection's requests, http_read.cpp reads them. Private to the http files
 // (http.cpp starts connections), the only ones that include Boost.
 //
 // Ownership: a Connection owns its socket; it is kept alive by the wait pending on it (shared_from_this) and
 // listed, by a weak pointer, in its Hub, which the HttpServer owns and which must outlive it. Blocking: a
 // connection reads and writes without blocking and waits for its client through the reactor, holding no
-// thread, except while hot (http_wait.cpp): for up to a second after an answer, at most
+// thread, except while hot (http_read.cpp): for up to a second after an answer, at most
 // Hub::hot_limit connections at once. Its request's handler (Routes::answer, inference included) runs on the
 // thread that read the request and may block there, holding that thread and no other. Thread-safety:
 // everything a Connection does runs on its strand (its socket's executor); start(), post_deadline(),

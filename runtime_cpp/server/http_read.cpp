@@ -1,4 +1,6 @@
-// How a Connection (http_connection.h) waits for its client, in one of two ways:
+// How a Connection (http_connection.h) reads a request: it waits for its client, reads what has arrived, and
+// feeds Beast's parser, holding the request line to 8 KiB (414) and the request line and headers to 64 KiB
+// (431). It waits in one of two ways:
 // - parked (new, idle and slow connections): the socket is in the reactor's epoll set and the wait holds no
 //   thread. The pool thread that sees the socket ready reads it and runs the connection on, handler included;
 //   Asio then wakes another thread to take the reactor over (leader/follower: a wake per event, but no
@@ -157,6 +159,78 @@ void Connection::park() {
 void Connection::wait_parked(net::socket_base::wait_type what) {
   park();
   if (phase_ != Phase::closed) wait(what);
+}
+
+// The client closed its side: quietly between requests, else the request ended early (400).
+bool Connection::at_eof() {
+  if (phase_ == Phase::idle || !parser_->got_some()) {
+    close();
+    return false;
+  }
+  beast::error_code ec;
+  parser_->put_eof(ec);
+  auto [status, message] = read_failure(ec ? ec : http::error::partial_message, hub_.options.max_body_bytes);
+  if (!status) {
+    close();
+    return false;
+  }
+  fail(status, message);
+  return true;
+}
+
+bool Connection::parse() {
+  if (phase_ == Phase::idle) {
+    set_phase(Phase::header, hub_.options.header_timeout_s * 1000LL);
+    request_start_ns_ = now_ns();
+  }
+  // Beast consumes a header as it parses it, the request line whole, each field whole; header_bytes_ counts
+  // what it took (the call that completes the header stops there), the buffer holds the rest.
+  const bool header_was_done = parser_->is_header_done();
+  if (!header_was_done && header_bytes_ == 0) {  // the buffer starts with the request line
+    std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    size_t eol = data.substr(0, kRequestLineLimit + 1).find('\n');
+    if (eol == std::string_view::npos ? data.size() > kRequestLineLimit : eol > kRequestLineLimit) {
+      fail(414, "the request line is longer than " + std::to_string(kRequestLineLimit) +
+                    " bytes; send a request target (path and query) that fits in it");
+      return true;
+    }
+  }
+  beast::error_code ec;
+  size_t used = parser_->put(buffer_.data(), ec);
+  buffer_.consume(used);
+  if (!header_was_done) {
+    header_bytes_ += used;
+    if (header_bytes_ + (parser_->is_header_done() ? 0 : buffer_.size()) > kHeaderLimit) {
+      fail(431, read_failure(http::error::header_limit, 0).second);
+      return true;
+    }
+  }
+  if (ec == http::error::need_more) {
+    need_bytes_ = true;
+    return true;
+  }
+  if (ec) {
+    auto [status, message] = read_failure(ec, hub_.options.max_body_bytes);
+    if (!status) {
+      close();
+      return false;
+    }
+    fail(status, message);
+    return true;
+  }
+  if (!header_was_done && parser_->is_header_done()) {
+    if (!parser_->is_done()) {
+      set_phase(Phase::body, hub_.options.body_timeout_s * 1000LL);
+      if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+        phase_ = Phase::interim;  // the body's deadline runs on
+        interim_sent_ = 0;
+        return true;
+      }
+    }
+  }
+  if (parser_->is_done()) return respond();
+  if (buffer_.size() == 0) need_bytes_ = true;
+  return true;
 }
 
 }  // namespace aotc::server::wire
