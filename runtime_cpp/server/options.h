@@ -31,8 +31,8 @@ struct ServerOptions {
   bool cuda_graphs = true;                  // CUDA packages: replay a CUDA graph per batch bucket
   int intra_op_threads = 0;                 // > 0: at::set_num_threads before any model loads; 0: torch's default
   bool allow_shared_memory = false;         // Triton's system shared memory extension (shared_memory.h)
-  int busy_poll_us = 0;                     // > 0: a connection thread spins this long for the next request
-                                            // before it sleeps in poll() (latency at low load for CPU time)
+  int busy_poll_us = 0;                     // > 0: after an answer, its thread reads for the next request this
+                                            // long before it sleeps (latency at low load for CPU time)
 };
 
 // Parses argv (`--flag value` or `--flag=value`). Throws std::invalid_argument with one line naming the
