@@ -11,9 +11,10 @@ import pytest
 
 from aotc import wire
 from aotc_client import dtypes
-from aotc_client.compare import assert_close, compare_array
+from aotc_client.compare import assert_close, compare_array, trivial
 from aotc_client.errors import AotcError, ParityError, RequestError
-from aotc_client.specs import TensorSpec, random_inputs, range_sizes, specs_from_metadata
+from aotc_client.specs import (TensorSpec, case_plan, dim_size, random_inputs, range_sizes, shape_for,
+                               specs_from_metadata, symbol_ranges)
 
 X = TensorSpec("x", "FP32", (-1, 4), ((1, 8), (4, 4)))
 IDS = TensorSpec("ids", "INT64", (-1, 3), ((1, 8), (3, 3)), low=0, high=5)
@@ -47,7 +48,49 @@ def test_random_inputs_respect_dtype_ranges_and_shared_dims():
     assert inputs["ids"].min() >= 0 and inputs["ids"].max() < 5
     with pytest.raises(AotcError, match=r"dim 0 = 9 is outside its range \[1, 8\]"):
         random_inputs([X], sizes=9)
-    assert [s["dim0"] for s in range_sizes([X, IDS])] == [1, 5, 8]
+    # no symbols known: dims at one position agree, dim 0 taken for the batch
+    assert [s["batch"] for s in range_sizes([X, IDS])] == [1, 5, 8]
+
+
+def test_case_plan_varies_every_dim_together_and_apart():
+    plan = case_plan({"batch": (1, 16), "seq": (8, 128)}, {"batch": 4, "seq": 32})
+    assert plan[:3] == [("min", {"batch": 1, "seq": 8}), ("max", {"batch": 16, "seq": 128}),
+                        ("odd", {"batch": 9, "seq": 45})]
+    apart = dict(plan[3:])
+    assert apart["seq max"] == {"batch": 4, "seq": 128} and apart["batch min"] == {"batch": 1, "seq": 32}
+    assert apart["seq odd"] == {"batch": 4, "seq": 45}
+    assert len({tuple(s.items()) for _, s in plan}) == len(plan) == 9  # nothing planned twice
+    assert case_plan({"batch": (1, 64)}) == [("min", {"batch": 1}), ("max", {"batch": 64}), ("odd", {"batch": 37})]
+    assert case_plan({"n": (2, 3)}) == [("min", {"n": 2}), ("max", {"n": 3})]  # no odd size between
+    assert case_plan({}) == []
+
+
+def test_derived_dims_follow_their_root():
+    lengths = TensorSpec("lengths", "INT64", (-1,), ((2, 128),), symbols=("2*batch",))
+    x = TensorSpec("x", "FP32", (-1, -1), ((1, 64), (1, 9)), symbols=("batch", "seq + 1"))
+    assert symbol_ranges([lengths, x]) == {"batch": (1, 64)}  # an expression is no free dim
+    assert shape_for(lengths, {"batch": 3}) == (6,)
+    assert random_inputs([lengths, x], {"batch": 3, "seq": 4})["x"].shape == (3, 5)
+    assert dim_size("(batch//2) - 1", {"batch": 9}) == 3
+    with pytest.raises(AotcError, match=r"input 'lengths' dim 0 is dynamic \('2\*batch'\): no size was given for "
+                                        r"the dynamic dim 'batch'"):
+        shape_for(lengths, {})
+    with pytest.raises(AotcError, match=r"dim expression 'Mod\(batch, 2\)' is not understood"):
+        dim_size("Mod(batch, 2)", {"batch": 3})
+
+
+def test_a_trivial_reference_is_named_but_passes_the_rule():
+    tiny = np.full((4, 10), 1e-10, np.float32)
+    c = compare_array("logits", np.zeros_like(tiny), tiny)
+    assert c.ok and c.verdict == "trivial" and "within atol 0.0001 of zero" in c.trivial
+    assert "trivial (reference is within atol" in c.line()
+    const = np.full((3, 3), 0.25, np.float32)
+    assert "constant" in trivial(const, 1e-4, 1e-4) and compare_array("p", const, const).verdict == "trivial"
+    assert trivial(np.array([0.5], np.float32), 1e-4, 1e-4) == ""  # one value: no spread to speak of
+    assert trivial(np.zeros(5, np.int64), 0, 0) == ""  # integers compare exactly: never trivial
+    assert compare_array("y", np.arange(4.0), np.arange(4.0)).verdict == "ok"
+    bad = compare_array("y", np.ones(4), tiny.ravel()[:4].astype(np.float64))
+    assert bad.verdict == "MISMATCH"
 
 
 def test_specs_from_metadata_and_bad_metadata():

@@ -4,7 +4,13 @@ Parity means, elementwise, that a value equals its reference (NaN matches NaN, a
 infinity) or that both are finite and abs(a - b) <= atol + rtol * abs(b), b being the reference. Shapes
 and dtypes must agree; bool and integer outputs must be equal. max_rel is reported only over elements
 whose reference is significant (abs(b) > atol). The C++ runtime's aotc::compare (aotc-run's self-check)
-follows the same rule, and tests/test_compare_rule.py holds the two to each other. Pure functions, no state.
+follows the same rule, and tests/test_compare_rule.py holds the two to each other.
+
+A comparison passes vacuously when its reference is trivial at the tolerance (`trivial`): float values all
+within atol of zero, or constant to within the tolerance, so that a package of zeros (or of that constant)
+would pass too. Such a comparison is `ok` under the rule but its verdict is "trivial"; the checks built on
+it (aotc export, aotc check) call a run whose every comparison of an output is trivial INCONCLUSIVE.
+Pure functions, no state.
 """
 
 from dataclasses import dataclass
@@ -40,16 +46,41 @@ class Comparison:
     atol: float
     rtol: float
     problem: str = ""    # set when shapes or dtypes disagree
+    trivial: str = ""    # set when the reference tests nothing at this tolerance (trivial())
 
     @property
     def ok(self) -> bool:
         return self.mismatched == 0 and not self.problem
 
+    @property
+    def verdict(self) -> str:
+        """"ok", "MISMATCH", or "trivial" (within tolerance, of a reference that tests nothing)."""
+        return "MISMATCH" if not self.ok else ("trivial" if self.trivial else "ok")
+
     def line(self) -> str:
-        verdict = "ok" if self.ok else "MISMATCH"
         detail = self.problem or (f"max abs {self.max_abs:.3g}  max rel {self.max_rel:.3g}  "
                                   f"(atol {self.atol:g}, rtol {self.rtol:g}; {self.mismatched}/{self.total} outside)")
-        return f"{self.name:<12} {str(list(self.shape)):<16} {detail}  {verdict}"
+        why = f" (reference {self.trivial})" if self.trivial and self.ok else ""
+        return f"{self.name:<12} {str(list(self.shape)):<16} {detail}  {self.verdict}{why}"
+
+
+def trivial(expected: np.ndarray, atol: float, rtol: float) -> str:
+    """Why a float reference tests nothing at (atol, rtol), '' when it does: every finite value within atol of
+    zero, or all values within the tolerance of one constant (a package answering that constant would pass).
+    Integer and bool references (compared exactly) and empty or one-value ones are never trivial by spread."""
+    b = np.asarray(expected)
+    if b.dtype.kind != "f" or b.size == 0:
+        return ""
+    finite = b[np.isfinite(b)].astype(np.float64)
+    if finite.size == 0:
+        return ""
+    scale = float(np.abs(finite).max())
+    if scale <= atol:
+        return f"is within atol {atol:g} of zero everywhere (max |value| {scale:.3g})"
+    spread = float(finite.max() - finite.min())
+    if b.size > 1 and spread <= atol + rtol * scale:
+        return f"is constant to within the tolerance (values {float(finite.min()):.4g}..{float(finite.max()):.4g})"
+    return ""
 
 
 def compare_array(name: str, actual: np.ndarray, expected: np.ndarray,
@@ -71,6 +102,7 @@ def compare_array(name: str, actual: np.ndarray, expected: np.ndarray,
     exact = expected.dtype.kind in "biu"
     if exact:
         atol = rtol = 0.0
+    why_trivial = trivial(expected, atol, rtol)
     if expected.size == 0:
         return Comparison(name, actual.shape, 0.0, 0.0, 0, 0, atol, rtol)
     a = actual.astype(np.float64)
@@ -85,7 +117,7 @@ def compare_array(name: str, actual: np.ndarray, expected: np.ndarray,
         rel = diff[significant] / np.abs(b[significant])
         rel = np.where(np.isnan(rel), np.inf, rel)
     return Comparison(name, actual.shape, float(diff.max()), float(rel.max()) if rel.size else 0.0,
-                      int((~within).sum()), expected.size, atol, rtol)
+                      int((~within).sum()), expected.size, atol, rtol, trivial=why_trivial)
 
 
 def compare_outputs(actual: dict, expected: dict, atol: float | None = None,

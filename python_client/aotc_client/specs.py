@@ -1,12 +1,17 @@
-"""Tensor specs read from a server's model metadata, and random valid inputs generated from them.
+"""Tensor specs read from a server's model metadata, random valid inputs generated from them, and the plan of
+sizes every parity check tests a model's dynamic dims at.
 
 A spec is what the Open Inference Protocol says about a tensor (name, datatype, shape with -1 for a
 dynamic dim) plus, when known, each dim's inclusive [min, max] range and a symbol tying dynamic dims
-that must agree (the batch dim of every input, say). Metadata carries no ranges or symbols; aotc servers
-add `ranges` per tensor, and the exporter's model files supply both. This file does no I/O and holds
-no state: safe to use from any thread.
+that must agree (the batch dim of every input, say). A symbol is a name (`batch`, `seq`) or an expression
+of names for a derived dim (`2*batch`, `seq + 1`), which `dim_size` evaluates. Metadata carries no ranges
+or symbols; aotc servers add `ranges` per tensor, aotc manifests carry both, and the exporter's model files
+supply both. `size_plan` (one dim) and `case_plan` (every dim, together and apart) are the sizes the
+exporter, `aotc check` and `aotc check --url` all test. This file does no I/O and holds no state: safe to
+use from any thread.
 """
 
+import ast
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,9 +58,10 @@ class TensorSpec:
     def symbol(self, i: int) -> str | None:
         if self.shape[i] != -1:
             return None
-        if self.symbols is not None:
+        if self.symbols is not None and self.symbols[i]:
             return self.symbols[i]
-        return f"dim{i}"  # no symbols known: dynamic dims at one position are assumed to agree
+        # no symbol known: dynamic dims at one position are assumed to agree; dim 0 is taken for the batch
+        return "batch" if i == 0 else f"dim{i}"
 
 
 def specs_from_metadata(metadata: dict, which: str = "inputs") -> list[TensorSpec]:
@@ -77,20 +83,58 @@ def specs_from_metadata(metadata: dict, which: str = "inputs") -> list[TensorSpe
 
 
 def specs_from_manifest(tensors) -> list[TensorSpec]:
-    """The inputs (or outputs) of an aotc manifest (docs/manifest.md: entries with name, dtype, shape and
-    ranges, such as aotc.manifest.TensorEntry) -> specs."""
+    """The inputs (or outputs) of an aotc manifest (docs/manifest.md: entries with name, dtype, shape, ranges
+    and, for inputs, symbols, such as aotc.manifest.TensorEntry) -> specs."""
     return [TensorSpec(name=t.name, datatype=dtypes.datatype_from_name(t.dtype), shape=tuple(t.shape),
-                       ranges=tuple(tuple(r) for r in t.ranges) or None)
+                       ranges=tuple(tuple(r) for r in t.ranges) or None,
+                       symbols=tuple(t.symbols) if getattr(t, "symbols", None) else None)
             for t in tensors]
 
 
-def pick_sizes(specs: list[TensorSpec], choose) -> dict[str, int]:
-    """One size per dynamic symbol: `choose(lo, hi)` over the intersection of that symbol's ranges."""
+def is_name(symbol: str) -> bool:
+    """A symbol that is a free size (`seq`), not an expression of others (`2*seq`)."""
+    return symbol.isidentifier()
+
+
+def dim_size(symbol: str, sizes: dict[str, int]) -> int:
+    """The size of a dim whose symbol is a name or an expression of names (+ - * // %, whole numbers), e.g.
+    `2*batch` with sizes {"batch": 3} -> 6. Raises AotcError naming what is missing or not understood."""
+    if is_name(symbol):
+        if symbol not in sizes:
+            raise AotcError(f"no size was given for the dynamic dim '{symbol}'; pass sizes={{'{symbol}': N}}")
+        return int(sizes[symbol])
+    try:
+        tree = ast.parse(symbol, mode="eval")
+    except SyntaxError:
+        raise AotcError(f"dim expression '{symbol}' is not understood; expected names, whole numbers and "
+                        f"+ - * // %") from None
+    ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            return dim_size(node.id, sizes)
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        raise AotcError(f"dim expression '{symbol}' is not understood; expected names, whole numbers and "
+                        f"+ - * // %")
+    return int(ev(tree))
+
+
+def symbol_ranges(specs: list[TensorSpec]) -> dict[str, tuple[int, int]]:
+    """{symbol: (min, max)} of every free dynamic dim (a name, not an expression): the intersection of the
+    ranges of the dims that carry it. Raises AotcError when no size fits them all."""
     bounds: dict[str, tuple[int, int]] = {}
     for s in specs:
         for i in range(len(s.shape)):
             sym = s.symbol(i)
-            if sym is None:
+            if sym is None or not is_name(sym):
                 continue
             lo, hi = s.dim_range(i)
             old = bounds.get(sym, (lo, hi))
@@ -98,7 +142,12 @@ def pick_sizes(specs: list[TensorSpec], choose) -> dict[str, int]:
     for sym, (lo, hi) in bounds.items():
         if lo > hi:
             raise AotcError(f"dynamic dim '{sym}' has no size that every input accepts (range [{lo}, {hi}])")
-    return {sym: int(choose(lo, hi)) for sym, (lo, hi) in bounds.items()}
+    return bounds
+
+
+def pick_sizes(specs: list[TensorSpec], choose) -> dict[str, int]:
+    """One size per dynamic symbol: `choose(lo, hi)` over the intersection of that symbol's ranges."""
+    return {sym: int(choose(lo, hi)) for sym, (lo, hi) in symbol_ranges(specs).items()}
 
 
 def range_sizes(specs: list[TensorSpec]) -> list[dict[str, int]]:
@@ -114,6 +163,29 @@ def range_sizes(specs: list[TensorSpec]) -> list[dict[str, int]]:
     return out
 
 
+def case_plan(ranges: dict[str, tuple[int, int]], example: dict[str, int] | None = None) -> list[tuple[str, dict]]:
+    """The sizes a parity check runs, as [(label, {symbol: size})]: every dim at its min, at its max and at an
+    odd size together ("min", "max", "odd"), then, with more than one dim, each dim alone at its min, max and
+    odd size while the others keep their size in `example` ("seq max", ...; the dim's min where `example` lacks
+    it). A size already planned is not planned twice; an odd size that does not fit a narrow range is left out."""
+    plans = {sym: dict(size_plan(lo, hi)) for sym, (lo, hi) in ranges.items()}
+    out: list[tuple[str, dict]] = []
+
+    def add(label, sizes):
+        if sizes and all(v is not None for v in sizes.values()) and all(sizes != s for _, s in out):
+            out.append((label, sizes))
+
+    for which in ("min", "max", "odd"):
+        add(which, {sym: plan.get(which) for sym, plan in plans.items()})
+    if len(plans) > 1:
+        base = {sym: (example or {}).get(sym, ranges[sym][0]) for sym in plans}
+        for sym, plan in plans.items():
+            for which in ("min", "max", "odd"):
+                if which in plan:
+                    add(f"{sym} {which}", {**base, sym: plan[which]})
+    return out
+
+
 def shape_for(spec: TensorSpec, sizes: dict[str, int]) -> tuple[int, ...]:
     shape = []
     for i, d in enumerate(spec.shape):
@@ -121,10 +193,10 @@ def shape_for(spec: TensorSpec, sizes: dict[str, int]) -> tuple[int, ...]:
             shape.append(d)
             continue
         sym = spec.symbol(i)
-        if sym not in sizes:
-            raise AotcError(f"input '{spec.name}' dim {i} is dynamic ('{sym}') and no size was given for it; "
-                            f"pass sizes={{'{sym}': N}}")
-        shape.append(int(sizes[sym]))
+        try:
+            shape.append(dim_size(sym, sizes))
+        except AotcError as e:
+            raise AotcError(f"input '{spec.name}' dim {i} is dynamic ('{sym}'): {e}") from None
     return tuple(shape)
 
 
