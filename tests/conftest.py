@@ -30,7 +30,7 @@ PKG_CACHE = REPO / "build" / "test-packages"
 DATA = Path(__file__).resolve().parent / "data"
 # The sources whose change changes what `aotc export` writes. The embedding-bag rewrite only matters to
 # model files that use nn.EmbeddingBag, so editing it does not re-export every other package.
-_EXPORTER_SOURCES = ("load_model.py", "export.py", "compile.py", "package.py", "parity.py", "pipeline.py",
+_EXPORTER_SOURCES = ("load_model.py", "export.py", "compile.py", "package.py", "parity.py", "fresh.py", "pipeline.py",
                      "report.py", "loader.py", "manifest.py", "cli", "rewrite/__init__.py",
                      "../../python_client/aotc_client/compare.py", "../../python_client/aotc_client/specs.py")
 _REWRITE_SOURCES = ("rewrite", "kernels")
@@ -150,9 +150,7 @@ def eager_reference(spec: str, device: str = "cpu", dtype: str = "fp32", inputs:
     if inputs is not None:
         float_dtype = getattr(torch, exp.DTYPES[dtype])
         example = tuple(exp.cast_input(torch.as_tensor(x), device, float_dtype) for x in inputs)
-    with torch.no_grad():
-        outputs = exp.flatten_outputs(model(*example))
-    return model, example, outputs
+    return model, example, exp.eager_outputs(model, example, mf)
 
 
 def read_samples(package: Path) -> list[tuple[list, list]]:

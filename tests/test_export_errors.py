@@ -17,7 +17,7 @@ BAD_FILES = {
     "no_example_inputs": "has no function example_inputs()",
     "example_not_tuple": "example_inputs() returned a single tensor, expected a tuple of tensors",
     "example_not_tensors": "example_inputs()[1] is list, expected a torch.Tensor",
-    "wrong_input_count": "forward(input) takes 1 input(s) but example_inputs() returned 2 tensors",
+    "wrong_input_count": "forward(input) cannot take the inputs of example_inputs(): too many positional arguments",
     "dynamic_shapes_bad_name": "dynamic_shapes() names input 'inputs', but forward's inputs are ['input']",
     "dynamic_shapes_bad_dim": "names dim 3, but the input has 2 dims",
     "dynamic_shapes_not_dict": "dynamic_shapes() returned str, expected a dict keyed by input name",
@@ -26,7 +26,12 @@ BAD_FILES = {
     "import_error": "raised ModuleNotFoundError: No module named 'no_such_module_for_aotc_tests'",
     "bad_output_names": "output_names() gives 2 names but the model returns 1 outputs",
     "bad_tolerance": "tolerance() returned {'atol': -1.0",
-    "returns_dict": "forward returned dict, expected a tensor or a tuple of tensors",
+    "returns_non_tensor": "forward's output 'stats.count' is int, expected a tensor",
+    "positional_to_non_tensor": "example_inputs()[1] goes to forward's parameter 'cache' (annotated Cache | None), "
+                                "not a tensor parameter; give the inputs by name with example_kwargs()",
+    "kwargs_unknown_name": "forward(x) cannot take the inputs of example_kwargs(): got an unexpected keyword "
+                           "argument 'mask'",
+    "kwargs_not_dict": "example_kwargs() returned tuple, expected a dict of tensors keyed by forward's parameter names",
 }
 
 

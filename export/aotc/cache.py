@@ -4,9 +4,9 @@ compiling again.
 The key is a sha256 over every input of an export: the model file's source and the sources of the local modules
 it imports (found from its import statements, followed through local modules; a module of the standard library
 or of an installed package is not local), a hash of the model's weights (its state_dict), the example inputs'
-shapes and dtypes, the dynamic shapes, every export option, the torch version, aotc's version and the digest of
-its own sources, the device, and the CPU ISA or GPU architecture. `key_parts` lists them by name, so a test (or
-a user) can see which part moved.
+names, shapes, dtypes and whether each is given by position or by name, the dynamic shapes, every export option,
+the torch version, aotc's version and the digest of its own sources, the device, and the CPU ISA or GPU
+architecture. `key_parts` lists them by name, so a test (or a user) can see which part moved.
 
 Entries live in `<AOTC_CACHE_DIR, default ~/.cache/aotc>/exports/<key>/`: model.pt2, the summary the export
 printed, and entry.json (the package's sha256 and size, when it was made and last used). A lookup checks the
@@ -135,7 +135,9 @@ def key_parts(mf, opts) -> dict:
         "sources": local_sources(mf.path),
         "factory": mf.factory,
         "weights": weights_digest(mf.model),
-        "example_inputs": [[list(x.shape), str(x.dtype)] for x in mf.example_inputs],
+        # by name and how each is given (example_inputs() by position, example_kwargs() by name)
+        "example_inputs": [[n, list(x.shape), str(x.dtype), "positional" if i < mf.n_positional else "keyword"]
+                           for i, (n, x) in enumerate(zip(mf.input_names, mf.example_inputs))],
         "dynamic_shapes": repr(mf.dynamic_shapes),
         "options": json.loads(json.dumps(options, default=repr)),
         "torch": torch.__version__,

@@ -36,31 +36,90 @@ def cast_input(x, device: str, float_dtype):
 
 
 def eager_outputs(model, inputs, mf) -> tuple:
-    """Runs the model once with no grad; returns a tuple of output tensors (names checked)."""
+    """Runs the model once with no grad; returns its outputs flattened to a tuple of tensors (names checked)."""
+    return run_eager(model, inputs, mf)[1]
+
+
+def run_eager(model, inputs, mf) -> tuple[list[str], tuple]:
+    """(output names, flat output tensors) of one eager run on flat `inputs`: the names are the file's
+    output_names(), else each leaf's key path in forward's output (output_leaves)."""
     import torch
 
     with torch.no_grad():
         try:
-            out = model(*inputs)
+            out = mf.call(model, inputs)
         except Exception as e:
-            raise ModelFileError(f"{mf.path}: running the model eagerly on example_inputs() raised "
-                                 f"{type(e).__name__}: {_first_line(e)}") from e
-    outs = flatten_outputs(out, mf.path)
-    if mf.output_names is not None and len(mf.output_names) != len(outs):
-        raise ModelFileError(f"{mf.path}: output_names() gives {len(mf.output_names)} names but the model "
-                             f"returns {len(outs)} outputs")
-    return outs
+            bound = ", ".join(f"{n}=[{', '.join(map(str, x.shape))}] {str(x.dtype).removeprefix('torch.')}"
+                              for n, x in zip(mf.input_names, inputs))
+            # an input bound to the wrong parameter typically fails as an attribute or type error inside
+            hint = ("; give inputs by name with example_kwargs() when a position is not the parameter meant"
+                    if isinstance(e, (AttributeError, TypeError)) and mf.n_positional else "")
+            raise ModelFileError(f"{mf.path}: running the model eagerly raised {type(e).__name__}: "
+                                 f"{_first_line(e)} (forward got {bound}{hint})") from e
+    names, outs = output_leaves(out, mf.path)
+    if mf.output_names is not None:
+        if len(mf.output_names) != len(outs):
+            raise ModelFileError(f"{mf.path}: output_names() gives {len(mf.output_names)} names but the model "
+                                 f"returns {len(outs)} outputs ({', '.join(names)})")
+        names = list(mf.output_names)
+    return names, outs
 
 
 def flatten_outputs(out, path: str = "model") -> tuple:
-    import torch
+    """forward's output (any pytree of tensors) as a flat tuple of tensors, in torch.export's order."""
+    return output_leaves(out, path)[1]
 
-    if isinstance(out, torch.Tensor):
-        return (out,)
-    if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
-        return tuple(out)
-    raise ModelFileError(f"{path}: forward returned {type(out).__name__}, expected a tensor or a tuple of "
-                         f"tensors (return a tuple instead of a dict or nested structure)")
+
+def output_leaves(out, path: str = "model") -> tuple[list[str], tuple]:
+    """(names, tensors) of the leaves of forward's output, flattened as torch.export flattens it: a tensor,
+    tuples, lists, dicts, Hugging Face ModelOutputs, any registered pytree. Each leaf is named by its key path:
+    `last_hidden_state` (a dict key or attribute), `encoder.0` (nested), `output0`, `output1` (the items of a
+    top-level tuple, or a lone tensor). Raises ModelFileError for a leaf that is not a tensor."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    leaves, _ = pytree.tree_flatten_with_path(out)
+    names, tensors = [], []
+    for key_path, leaf in leaves:
+        name = leaf_name(key_path)
+        if leaf is None:  # torch.export keeps it as a constant output the compiled model has no tensor for
+            raise ModelFileError(f"{path}: forward's output '{name}' is None, expected a tensor; leave it out of "
+                                 f"what forward returns (a ModelOutput leaves its None fields out)")
+        if not isinstance(leaf, torch.Tensor):
+            raise ModelFileError(f"{path}: forward's output '{name}' is {type(leaf).__name__}, expected a tensor "
+                                 f"(every leaf of the output -- a tensor, tuple, list, dict or ModelOutput -- must "
+                                 f"be a tensor)")
+        names.append(name)
+        tensors.append(leaf)
+    if not tensors:
+        raise ModelFileError(f"{path}: forward returned {type(out).__name__} with no tensors in it, expected a "
+                             f"tensor, or a tuple, list, dict or ModelOutput of tensors")
+    if len(set(names)) != len(names):
+        raise ModelFileError(f"{path}: forward's outputs {names} do not have distinct names; name them with "
+                             f"output_names()")
+    return names, tuple(tensors)
+
+
+def leaf_name(key_path) -> str:
+    """An output leaf's key path as a name: dict keys and attributes joined by '.', sequence items by their
+    index; a top-level sequence's item i is `output<i>`."""
+    from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey
+
+    if not key_path:
+        return "output0"
+    parts = []
+    for k in key_path:
+        if isinstance(k, MappingKey):
+            parts.append(str(k.key))
+        elif isinstance(k, SequenceKey):
+            parts.append(str(k.idx))
+        elif isinstance(k, GetAttrKey):
+            parts.append(k.name)
+        else:
+            parts.append(str(k))
+    if isinstance(key_path[0], SequenceKey):
+        parts[0] = f"output{parts[0]}"
+    return ".".join(parts)
 
 
 def dynamic_shapes_for(mf, inputs, dynamic_batch: tuple[int, int] | None):
@@ -119,15 +178,21 @@ def attention_backend(name: str | None):
         raise
 
 
-def export_model(model, inputs, dynamic_shapes, strict: bool, input_names: list[str], quiet: bool = True):
-    """torch.export with the failure explained; returns the ExportedProgram. quiet: swallow what torch
+def export_model(model, inputs, dynamic_shapes, strict: bool, input_names: list[str], quiet: bool = True,
+                 positional: int | None = None):
+    """torch.export with the failure explained; returns the ExportedProgram. `inputs` are flat, the first
+    `positional` by position (None: all), the rest by name (ModelFile.args_kwargs). quiet: swallow what torch
     prints while it fails (graph dumps); --verbose shows it."""
     import contextlib
     import io
 
     import torch
 
+    n = len(inputs) if positional is None else positional
+    args, kwargs = tuple(inputs[:n]), dict(zip(input_names[n:], inputs[n:]))
     ds = dynamic_shapes
+    if isinstance(ds, (tuple, list)) and kwargs:
+        ds = dict(zip(input_names, ds))
     if isinstance(ds, dict):
         # torch.export keys a dict by forward's parameter names; keep only those given
         ds = {n: ds.get(n) for n in input_names}
@@ -137,7 +202,7 @@ def export_model(model, inputs, dynamic_shapes, strict: bool, input_names: list[
         with contextlib.ExitStack() as stack:
             for m in muted:
                 stack.enter_context(m)
-            return torch.export.export(model, inputs, dynamic_shapes=ds, strict=strict)
+            return torch.export.export(model, args, kwargs or None, dynamic_shapes=ds, strict=strict)
     except Exception as e:
         raise ExportError(explain_export_failure(e)) from e
 

@@ -1,9 +1,15 @@
 """Load a model file (`path.py[:NAME]`) and check that it follows the model-file convention.
 
-A model file exposes `model()` (or the function NAME) -> nn.Module, `example_inputs()` -> tuple of tensors,
-and optionally `dynamic_shapes()` (torch.export's form), `output_names()`, `tolerance()` and
-`make_inputs(batch)` (fresh inputs for a given batch size, for models whose inputs are not independent
-random tensors, e.g. offsets). Anything else is a ModelFileError whose one line names what was expected.
+A model file exposes `model()` (or the function NAME) -> nn.Module, `example_inputs()` -> tuple of tensors
+(by position) and/or `example_kwargs()` -> dict of tensors (by forward's parameter names), and optionally
+`dynamic_shapes()` (torch.export's form), `output_names()`, `tolerance()` and `make_inputs(batch, seq, ...)`
+(fresh inputs at the sizes of the dynamic dims its parameters are named after, for models whose inputs are
+not independent random tensors, e.g. offsets, masks). Anything else is a ModelFileError whose one line names
+what was expected.
+
+The inputs are bound to forward's parameters once, here: every later stage sees them flat, in call order
+(those given by position, then those given by name in forward's order), as torch.export flattens them, and
+calls the model through `ModelFile.call`.
 
 This module does not export or run the model beyond building it. Each call imports the file afresh under
 its own module name; nothing is shared between calls, so it is safe from several threads only if the model
@@ -23,7 +29,7 @@ from typing import Any
 
 from aotc.errors import ModelFileError
 
-_OPTIONAL_HOOKS = ("dynamic_shapes", "output_names", "tolerance", "make_inputs")
+_OPTIONAL_HOOKS = ("example_kwargs", "dynamic_shapes", "output_names", "tolerance", "make_inputs")
 
 
 @dataclasses.dataclass
@@ -34,24 +40,71 @@ class ModelFile:
     factory: str                         # "model" or the NAME of path.py:NAME
     module: types.ModuleType
     model: Any                           # torch.nn.Module
-    example_inputs: tuple
-    input_names: list[str]
+    example_inputs: tuple                # every input, flat in call order (example_inputs(), then example_kwargs())
+    input_names: list[str]               # forward's parameter name of each
     dynamic_shapes: Any                  # None, dict keyed by input name, or tuple
     output_names: list[str] | None
     tolerance: dict[str, float] | None   # {"atol", "rtol"}
+    positional: int | None = None        # how many inputs go by position (the rest by name); None: all
 
     @property
     def default_name(self) -> str:
         stem = os.path.splitext(os.path.basename(self.path))[0]
         return stem if self.factory == "model" else f"{stem}_{self.factory}"
 
-    def make_inputs(self, batch: int) -> tuple | None:
-        """Fresh inputs for `batch` from the file's make_inputs(batch), or None when it has none."""
+    @property
+    def n_positional(self) -> int:
+        return len(self.input_names) if self.positional is None else self.positional
+
+    def args_kwargs(self, inputs) -> tuple[tuple, dict]:
+        """Flat inputs (in input_names order) as forward takes them: (args, kwargs)."""
+        n = self.n_positional
+        return tuple(inputs[:n]), dict(zip(self.input_names[n:], inputs[n:]))
+
+    def call(self, model, inputs):
+        """model(...) on flat inputs; returns what forward returns (any pytree)."""
+        args, kwargs = self.args_kwargs(inputs)
+        return model(*args, **kwargs)
+
+    @property
+    def size_params(self) -> dict[str, str] | None:
+        """{make_inputs parameter: the dynamic dim it sizes}, None when the file has no make_inputs. A parameter
+        is named after a dim (a Dim of dynamic_shapes(), or `batch`); a first parameter named otherwise takes
+        the batch (the convention before keyword sizes)."""
         hook = getattr(self.module, "make_inputs", None)
         if hook is None:
             return None
-        inputs = _call(self, "make_inputs", hook, batch)
-        return _check_tensor_tuple(self.path, f"make_inputs({batch})", inputs)
+        params = [p for p in inspect.signature(hook).parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY)]
+        known = set(dim_names(self)) | {"batch"}
+        out = {p.name: p.name for p in params if p.name in known}
+        if not out and params and params[0].kind != params[0].KEYWORD_ONLY:
+            out[params[0].name] = "batch"
+        return out
+
+    def make_inputs(self, batch: int | None = None, **sizes: int) -> tuple | None:
+        """Fresh flat inputs from the file's make_inputs, or None when it has none. `sizes` are by dim name
+        (`seq=128`); `batch` is the batch's. Only the dims make_inputs has a parameter for are passed."""
+        hook = getattr(self.module, "make_inputs", None)
+        if hook is None:
+            return None
+        sizes = {**example_sizes(self), **sizes, **({"batch": batch} if batch is not None else {})}
+        kwargs = {p: sizes[dim] for p, dim in self.size_params.items() if dim in sizes}
+        shown = "make_inputs(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
+        made = _call(self, shown, hook, **kwargs)
+        if isinstance(made, dict):
+            args, kw = (), made
+        elif isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict) \
+                and isinstance(made[0], (tuple, list)):
+            args, kw = tuple(made[0]), made[1]
+        else:
+            args, kw = _check_tensor_tuple(self.path, shown, made), {}
+        names, flat, _ = bind_inputs(self.path, self.model, args, kw, shown)
+        if names != self.input_names:
+            raise ModelFileError(f"{self.path}: {shown} gives inputs {names}, the examples give "
+                                 f"{self.input_names}; return the same inputs (a tuple by position, a dict by "
+                                 f"name, or both as (tuple, dict))")
+        return flat
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -102,16 +155,21 @@ def load_model_file(spec: str) -> ModelFile:
     if not isinstance(model, torch.nn.Module):
         raise ModelFileError(f"{path}: {factory}() returned {type(model).__name__}, expected a torch.nn.Module")
 
-    if not callable(getattr(module, "example_inputs", None)):
-        raise ModelFileError(f"{path} has no function example_inputs(); expected one returning a tuple of tensors")
-    example = _check_tensor_tuple(path, "example_inputs()", _call_raw(path, "example_inputs", module.example_inputs))
-
-    input_names = _input_names(path, model, len(example))
-    mf = ModelFile(path=path, factory=factory, module=module, model=model, example_inputs=example,
-                   input_names=input_names, dynamic_shapes=None, output_names=None, tolerance=None)
-    for hook in _OPTIONAL_HOOKS:
+    for hook in ("example_inputs",) + _OPTIONAL_HOOKS:
         if hasattr(module, hook) and not callable(getattr(module, hook)):
             raise ModelFileError(f"{path}: {hook} must be a function, got {type(getattr(module, hook)).__name__}")
+    has_args, has_kwargs = hasattr(module, "example_inputs"), hasattr(module, "example_kwargs")
+    if not has_args and not has_kwargs:
+        raise ModelFileError(f"{path} has no function example_inputs(); expected one returning a tuple of tensors "
+                             f"(or example_kwargs() returning a dict of tensors by forward's parameter names)")
+    args = (_check_tensor_tuple(path, "example_inputs()", _call_raw(path, "example_inputs", module.example_inputs))
+            if has_args else ())
+    kwargs = (_check_tensor_dict(path, "example_kwargs()", _call_raw(path, "example_kwargs", module.example_kwargs))
+              if has_kwargs else {})
+    input_names, example, positional = bind_inputs(path, model, args, kwargs, "example_inputs()", "example_kwargs()")
+    mf = ModelFile(path=path, factory=factory, module=module, model=model, example_inputs=example,
+                   input_names=input_names, dynamic_shapes=None, output_names=None, tolerance=None,
+                   positional=positional)
     if hasattr(module, "dynamic_shapes"):
         mf.dynamic_shapes = _check_dynamic_shapes(mf, _call(mf, "dynamic_shapes", module.dynamic_shapes))
     if hasattr(module, "output_names"):
@@ -123,7 +181,8 @@ def load_model_file(spec: str) -> ModelFile:
 
 def with_example_batch(mf: ModelFile, batch: int) -> ModelFile:
     """mf with its example inputs at batch size `batch` (`aotc export --example-batch`): the file's
-    make_inputs(batch) where it has one, else the example rows repeated (every input must share dim 0).
+    make_inputs(batch) where it has one (its other dims at their example sizes), else the example rows repeated
+    (every input must share dim 0).
     torch.export traces and Inductor tunes for the example's sizes, so this is the batch the package is
     tuned for. Raises ModelFileError when the inputs cannot be resized or fall outside dynamic_shapes()."""
     inputs = mf.make_inputs(batch)
@@ -149,15 +208,16 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def _call_raw(path: str, name: str, fn, *args):
+def _call_raw(path: str, name: str, fn, *args, **kwargs):
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except Exception as e:
-        raise ModelFileError(f"{path}: {name}() raised {type(e).__name__}: {_first_line(e)}") from e
+        shown = name if name.endswith(")") else f"{name}()"
+        raise ModelFileError(f"{path}: {shown} raised {type(e).__name__}: {_first_line(e)}") from e
 
 
-def _call(mf: ModelFile, name: str, fn, *args):
-    return _call_raw(mf.path, name, fn, *args)
+def _call(mf: ModelFile, name: str, fn, *args, **kwargs):
+    return _call_raw(mf.path, name, fn, *args, **kwargs)
 
 
 def _check_tensor_tuple(path: str, what: str, value) -> tuple:
@@ -175,19 +235,127 @@ def _check_tensor_tuple(path: str, what: str, value) -> tuple:
     return tuple(value)
 
 
-def _input_names(path: str, model, n_inputs: int) -> list[str]:
-    params = list(inspect.signature(model.forward).parameters.values())
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return [f"input{i}" for i in range(n_inputs)]
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p for p in positional if p.default is p.empty]
-    if not len(required) <= n_inputs <= len(positional):
-        sig = ", ".join(p.name for p in positional)
-        takes = (str(len(positional)) if len(required) == len(positional)
-                 else f"{len(required)} to {len(positional)}")
-        raise ModelFileError(f"{path}: forward({sig}) takes {takes} input(s) but example_inputs() returned "
-                             f"{n_inputs} tensors; make them agree")
-    return [p.name for p in positional[:n_inputs]]
+def _check_tensor_dict(path: str, what: str, value) -> dict:
+    import torch
+
+    if not isinstance(value, dict):
+        raise ModelFileError(f"{path}: {what} returned {type(value).__name__}, expected a dict of tensors keyed "
+                             f"by forward's parameter names")
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+            raise ModelFileError(f"{path}: {what}[{k!r}] is {type(v).__name__}, expected a torch.Tensor under a "
+                                 f"parameter name")
+    return dict(value)
+
+
+def _check_tensor_param(path: str, p, source: str) -> None:
+    """A tensor given to a parameter annotated as something else (GPT-2's `cache: Cache | None`) is refused
+    before the model runs on it and fails somewhere inside."""
+    if p.annotation is p.empty:
+        return
+    text = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
+    if "Tensor" not in text and text not in ("Any", "typing.Any", "object"):
+        raise ModelFileError(f"{path}: {source} goes to forward's parameter '{p.name}' (annotated {text}), not a "
+                             f"tensor parameter; give the inputs by name with example_kwargs() "
+                             f"({{'name': tensor}}) to skip it")
+
+
+def bind_inputs(path: str, model, args: tuple, kwargs: dict, pos_what: str,
+                kw_what: str | None = None) -> tuple[list[str], tuple, int]:
+    """Binds inputs given by position (`args`, from `pos_what`) and by name (`kwargs`, from `kw_what`) to
+    forward's parameters; returns (names, flat inputs, how many go by position). Flat order: the positional
+    ones, then the named ones in forward's parameter order, as torch.export flattens them. Raises
+    ModelFileError naming the parameter a wrong input went to."""
+    kw_what = kw_what or pos_what
+    signature = inspect.signature(model.forward)
+    params = list(signature.parameters.values())
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as e:
+        sig = ", ".join(p.name if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                        else ("*" if p.kind == p.VAR_POSITIONAL else "**") + p.name for p in params)
+        given = " and ".join(dict.fromkeys(w for w, v in ((pos_what, args), (kw_what, kwargs)) if v))
+        raise ModelFileError(f"{path}: forward({sig}) cannot take the inputs of {given or pos_what}: {e}") from None
+    names, flat = [], []
+    for p in params:  # by position first
+        if p.name not in bound.arguments or p.name in kwargs or p.kind == p.VAR_KEYWORD:
+            continue
+        value = bound.arguments[p.name]
+        if p.kind == p.VAR_POSITIONAL:
+            names += [f"input{len(names) + i}" for i in range(len(value))]
+            flat += list(value)
+            continue
+        _check_tensor_param(path, p, f"{pos_what}[{len(flat)}]")
+        names.append(p.name)
+        flat.append(value)
+    n_pos = len(flat)
+    for p in params:  # then by name, in forward's order
+        if p.kind == p.VAR_KEYWORD:
+            for k, v in bound.arguments.get(p.name, {}).items():
+                names.append(k)
+                flat.append(v)
+        elif p.name in kwargs:
+            _check_tensor_param(path, p, f"{kw_what}['{p.name}']")
+            names.append(p.name)
+            flat.append(kwargs[p.name])
+    return names, tuple(flat), n_pos
+
+
+def dim_names(mf: ModelFile) -> dict[str, tuple[int, int] | None]:
+    """{name: (min, max) or None} of the Dims in the file's dynamic_shapes() (a derived dim's root included)."""
+    out = {}
+    for spec in _per_input(mf).values():
+        for d in spec.values():
+            d = getattr(d, "root", d)  # a derived dim (2*batch): its root
+            n = getattr(d, "__name__", None)
+            if n and n.isidentifier():
+                lo, hi = getattr(d, "min", None), getattr(d, "max", None)
+                out[n] = (lo, hi) if isinstance(lo, int) and isinstance(hi, int) else None
+    return out
+
+
+def example_sizes(mf: ModelFile) -> dict[str, int]:
+    """{dim name: its size in the example inputs} for the Dims of dynamic_shapes() (a derived dim's root solved
+    from it), and `batch` (dim 0 of the first input) when no Dim has that name."""
+    out = {}
+    for name, x in zip(mf.input_names, mf.example_inputs):
+        for d, dim in _per_input(mf).get(name, {}).items():
+            if not -x.dim() <= d < x.dim():
+                continue
+            size = int(x.shape[d])
+            root = getattr(dim, "root", None)
+            if root is not None and getattr(root, "__name__", "").isidentifier():
+                solved = _solve(dim.fn, size, getattr(root, "min", 0), getattr(root, "max", size))
+                if solved is not None:
+                    out.setdefault(root.__name__, solved)
+            elif getattr(dim, "__name__", "").isidentifier():
+                out.setdefault(dim.__name__, size)
+    if "batch" not in out and mf.example_inputs and mf.example_inputs[0].dim():
+        out["batch"] = int(mf.example_inputs[0].shape[0])
+    return out
+
+
+def _solve(fn, size: int, lo, hi) -> int | None:
+    """The root value v in [lo, hi] with fn(v) == size, for an increasing fn (torch's derived dims are)."""
+    lo = lo if isinstance(lo, int) else 0
+    hi = hi if isinstance(hi, int) and hi < 2**31 else max(size, lo)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fn(mid) < size:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if fn(lo) == size else None
+
+
+def _per_input(mf: ModelFile) -> dict[str, dict]:
+    ds = mf.dynamic_shapes
+    per_input = ds if isinstance(ds, dict) else dict(zip(mf.input_names, ds or ()))
+    out = {}
+    for name, spec in per_input.items():
+        spec = dict(enumerate(spec)) if isinstance(spec, (tuple, list)) else dict(spec or {})
+        out[name] = {d: v for d, v in spec.items() if v is not None and not isinstance(v, int)}
+    return out
 
 
 def _check_dynamic_shapes(mf: ModelFile, ds):

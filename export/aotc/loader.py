@@ -34,7 +34,8 @@ def ensure_libstdcxx_global() -> None:
 
 
 class Runner:
-    """A loaded package. Call it with the inputs in manifest order; returns a list of output tensors."""
+    """A loaded package. Call it with the inputs in manifest order (flat, as the manifest lists them); returns
+    a list of output tensors in manifest order."""
 
     def __init__(self, path: str, manifest: Manifest, compiled):
         self.path, self.manifest, self._compiled = path, manifest, compiled
@@ -85,9 +86,10 @@ class Runner:
                                      f"{list(spec.shape)}); re-export with a wider range to run this size")
 
     def __call__(self, *inputs):
+        """Outputs as a flat list in manifest order, whatever pytree forward returned (a dict, a ModelOutput):
+        the compiled model is called on the flat tensors, so nothing here needs the output's Python types."""
         self.validate(inputs)
-        out = self._compiled(*[x.contiguous() for x in inputs])
-        return list(out) if isinstance(out, (list, tuple)) else [out]
+        return list(self._compiled.loader.boxed_run([x.contiguous() for x in inputs]))
 
 
 def load_package(path: str, device_index: int | None = None, verify: bool = True, graph: str = "model",

@@ -125,19 +125,20 @@ def eager_model(spec: str, name: str | None) -> Model:
 
     from aotc.load_model import load_model_file
 
+    from aotc import export as exp
+
     mf = load_model_file(spec)
     inputs = model_file_specs(mf)
     with torch.inference_mode():
-        out = mf.model(*mf.example_inputs)
-    outs = [out] if isinstance(out, torch.Tensor) else list(out)
-    names = mf.output_names or [f"output{i}" for i in range(len(outs))]
+        names, outs = exp.run_eager(mf.model, mf.example_inputs, mf)
     batch = {x.shape[0] for s, x in zip(inputs, mf.example_inputs) if s.shape and s.shape[0] == -1}
     outputs = []
     for n, o in zip(names, outs):  # an output whose dim 0 equals the dynamic batch follows it
         shape = tuple(-1 if j == 0 and s in batch else s for j, s in enumerate(o.shape))
         outputs.append(TensorSpec(n, _datatype(o.dtype), shape))
-    return Model(name or mf.default_name, "1", inputs, outputs, _torch_runner(mf.model, inputs, names),
-                 "pytorch_eager")
+    # forward's output pytree (a dict, a ModelOutput) flattened to the named leaves, inputs bound as the file binds
+    run = lambda *xs: exp.eager_outputs(mf.model, xs, mf)  # noqa: E731
+    return Model(name or mf.default_name, "1", inputs, outputs, _torch_runner(run, inputs, names), "pytorch_eager")
 
 
 def _dynamic_dims(mf) -> dict[str, dict[int, tuple]]:

@@ -1,11 +1,11 @@
-"""Bad model file: forward returns a dict (outputs must be a tensor or a tuple of tensors)."""
+"""Bad model file: forward returns a dict with a leaf that is not a tensor (every output leaf must be one)."""
 import torch
 from torch import nn
 
 
 class M(nn.Module):
     def forward(self, x):
-        return {"y": x + 1}
+        return {"y": x + 1, "stats": {"count": 3}}
 
 
 def model():
