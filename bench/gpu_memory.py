@@ -23,8 +23,8 @@ free0, _ = torch.cuda.mem_get_info()
 s = Session(sys.argv[1])
 torch.cuda.synchronize()
 free1, _ = torch.cuda.mem_get_info()
-print(json.dumps({"device_mb": (free0 - free1) / 2**20, "graphs": 1 + len(s.manifest.get("static_graphs") or []),
-                  "lent": sum(1 for g in s.manifest.get("static_graphs") or [] if g.get("weights"))}))
+print(json.dumps({"device_mb": (free0 - free1) / 2**20, "graphs": 1 + len(s.manifest.static_graphs),
+                  "lent": sum(1 for g in s.manifest.static_graphs if g.weights)}))
 """
 
 

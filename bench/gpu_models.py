@@ -137,7 +137,8 @@ def main() -> int:
 
     import torch
 
-    from aotc.loader import ensure_libstdcxx_global, read_manifest
+    from aotc.loader import ensure_libstdcxx_global
+    from aotc.manifest import read as read_manifest
 
     ensure_libstdcxx_global()  # before any AOTI .so is loaded in this process (../shared/GPU.md)
     torch._dynamo.config.automatic_dynamic_shapes = False  # one static graph per batch size, like the baseline
@@ -232,7 +233,7 @@ def main() -> int:
     def server():
         bert = args.packages / "bert_base.pt2"
         manifests = {n: read_manifest(str(args.packages / f"{n}.pt2")) for n in ("mlp", "bert_base")}
-        input_name = {n: m["inputs"][0]["name"] for n, m in manifests.items()}
+        input_name = {n: m.inputs[0].name for n, m in manifests.items()}
         cfg = {"max_batch_size": 64, "max_queue_delay_us": 200, "num_runners": 2}
         # Each model on a server of its own for what the server adds: with three copies of BERT loaded in one
         # process, the same graph ran about 10% slower on the device (measured on the H200), which a shared

@@ -51,9 +51,9 @@ def main() -> int:
         print(f"gpu_multi: skipped: no {pkg} (export it with --device cuda --dtype fp16)")
         return 0
 
-    from aotc.loader import read_manifest
+    from aotc.manifest import read
 
-    input_name = read_manifest(str(pkg))["inputs"][0]["name"]
+    input_name = read(str(pkg)).inputs[0].name
     x = torch.randint(0, 30522, (1, 128), generator=torch.Generator().manual_seed(1))
     batching = {"max_batch_size": args.max_batch_size, "max_queue_delay_us": 200}
     k = args.instances

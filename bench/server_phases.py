@@ -38,15 +38,15 @@ SHORT = dict(zip(("runner", "default", "unbatched"), CONFIGS))  # --configs name
 
 
 def first_sample(pkg: Path) -> tuple[str, np.ndarray]:
-    from aotc.loader import read_manifest
+    from aotc.manifest import read
 
-    m = read_manifest(str(pkg))
-    if len(m["inputs"]) != 1:
-        raise SystemExit(f"server_phases: {pkg} has {len(m['inputs'])} inputs; this benchmark takes one")
+    m = read(str(pkg))
+    if len(m.inputs) != 1:
+        raise SystemExit(f"server_phases: {pkg} has {len(m.inputs)} inputs; this benchmark takes one")
     with zipfile.ZipFile(pkg) as zf:
         root = zf.namelist()[0].split("/")[0]
-        x = np.load(io.BytesIO(zf.read(f"{root}/{m['samples'][0]['inputs'][0]}")), allow_pickle=False)
-    return m["inputs"][0]["name"], x
+        x = np.load(io.BytesIO(zf.read(f"{root}/{m.samples[0].inputs[0]}")), allow_pickle=False)
+    return m.inputs[0].name, x
 
 
 def main() -> int:
