@@ -22,8 +22,7 @@ def test_model_file_follows_the_convention(spec):
         assert len(mf.output_names) == len(outputs)
     # the same weights every time: a second build gives the same outputs, bit for bit
     again = load_model_file(str(REPO / spec))
-    with torch.no_grad():
-        second = exp.flatten_outputs(again.model(*inputs))
+    second = exp.eager_outputs(again.model, inputs, again)
     for a, b in zip(outputs, second):
         assert torch.equal(a, b), f"{spec}: model() is not deterministic"
 
@@ -36,8 +35,7 @@ def test_model_file_make_inputs_fit_the_inputs(spec):
         pytest.skip(f"{spec} has no make_inputs()")
     assert [x.dtype for x in fresh] == [x.dtype for x in mf.example_inputs]
     assert [x.dim() for x in fresh] == [x.dim() for x in mf.example_inputs]
-    with torch.no_grad():
-        exp.flatten_outputs(mf.model(*fresh))
+    exp.eager_outputs(mf.model, fresh, mf)
 
 
 def test_simple_is_tritons_example():
@@ -53,6 +51,20 @@ def test_mlp_shape():
     mf = load_model_file(str(REPO / "models/mlp.py"))
     shapes = [tuple(p.shape) for p in mf.model.parameters()]
     assert shapes == [(1024, 512), (1024,), (512, 1024), (512,)]
+
+
+def test_library_models_are_built_from_config_and_not_trivial():
+    """The Hugging Face and TorchRec examples: random weights from a seed (nothing downloaded), outputs whose
+    parity means something (not near zero, not constant: aotc_client.compare.trivial)."""
+    from aotc_client.compare import trivial
+
+    for spec, names in (("models/hf_bert.py", ["last_hidden_state", "pooler_output"]), ("models/gpt2.py", ["logits"]),
+                        ("models/torchrec_ebc.py", ["user", "item"])):
+        mf = load_model_file(str(REPO / spec))
+        got, outs = exp.run_eager(mf.model, mf.example_inputs, mf)
+        assert got == names, spec
+        for name, o in zip(names, outs):
+            assert trivial(o.numpy(), 1e-4, 1e-4) == "" and o.abs().max() > 0.1, (spec, name)
 
 
 def test_bert_base_variant_is_12_by_768():
