@@ -14,6 +14,12 @@ BUILD_DIR := build/py
 APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
              pytest pytest-timeout hypothesis httpx matplotlib triton
+# The example models of libraries (models/hf_bert.py, gpt2.py, torchrec_ebc.py). None may pull in torch (an
+# unpinned one is a multi-GB CUDA build): torchrec goes in with --no-deps (it pins a GPU fbgemm and an old
+# torchmetrics), beside the CPU fbgemm of its version; torchvision stays out (its only wheel here is a CUDA
+# build that cannot load against the CPU torch, and breaks `import transformers`).
+PY_DEPS   += transformers==5.24.0 fbgemm-gpu-cpu==1.8.0 tensordict==0.15.3 torchmetrics==1.9.0 pyre-extensions==0.0.32
+NO_DEPS   := torchrec==1.8.0
 # For test-sanitize: clang-14 and libclang-rt-14-dev (libFuzzer), llvm-14 (llvm-symbolizer for the stacks).
 APT_PKGS  += clang-14 libclang-rt-14-dev llvm-14
 
@@ -38,6 +44,7 @@ $(PY):
 $(VENV)/.deps-stamp: $(PY) pyproject.toml Makefile
 	$(PIP) install -q "$(TORCH)"
 	$(PIP) install -q $(PY_DEPS)
+	$(PIP) install -q --no-deps $(NO_DEPS)
 	@touch $@
 
 deps: $(VENV)/.apt-stamp $(VENV)/.deps-stamp
