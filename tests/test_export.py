@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -126,10 +127,13 @@ def test_torch_own_loader_opens_the_package(pkg_mlp):
 
 def test_export_prints_a_summary_with_parity(pkg_mlp):
     log = (pkg_mlp.parent / "export.log").read_text()
-    for stage in ("[1/7] loading", "[5/7] AOTInductor compile", "[7/7] parity"):
+    for stage in ("[1/8] loading", "[5/8] eager runs of the parity cases", "[6/8] AOTInductor compile",
+                  "[8/8] parity"):
         assert stage in log
     assert "compile " in log and "fallback  none" in log and "MB)" in log
-    assert "output0: abs" in log and "PASS" in log
+    assert re.search(r"ok +fresh max \(batch=1024\) +output0: abs \S+ rel \S+ out 0/524288", log), log
+    assert "samples   2 (" in log and "of a 16 MB cap): example inputs, fresh odd (batch=37)" in log
+    assert "PASS" in log
 
 
 @pytest.mark.parametrize("shape, dtype, message", [

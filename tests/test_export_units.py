@@ -206,8 +206,16 @@ def test_fresh_cases_name_each_dynamic_dim_as_the_user_does(tmp_path):
     ep = exp.export_model(mf.model, mf.example_inputs, mf.dynamic_shapes, False, mf.input_names)
     ins, outs, batch = package.tensor_specs(ep, mf.input_names, ["out"])
     assert batch == Batch(1, 16)
+    ins, dims = package.name_dims(ep, mf, ins, batch is not None)
+    assert dims == {"batch": (1, 16), "seq": (2, 64)} and [t.symbols for t in ins] == [("batch", "seq"), ("batch", None)]
     ref = exp.eager_outputs(mf.model, mf.example_inputs, mf)
-    cases = parity.make_cases(mf, ep, mf.model, mf.example_inputs, ref, ins, "cpu", "fp32", batch is not None)
-    assert [c["label"] for c in cases] == ["example inputs", "fresh min (batch=1, seq=2)",
-                                           "fresh max (batch=16, seq=64)", "fresh odd (batch=9, seq=39)"]
-    assert [tuple(c["inputs"][0].shape) for c in cases[1:]] == [(1, 2), (16, 64), (9, 39)]
+    cases, unvaried = parity.make_cases(mf, mf.model, mf.example_inputs, ref, ins, dims, "cpu", "fp32")
+    assert unvaried == []
+    # together, then each dim apart with the other at its example size (batch 4, seq 8)
+    assert [c["label"] for c in cases] == [
+        "example inputs", "fresh min (batch=1, seq=2)", "fresh max (batch=16, seq=64)", "fresh odd (batch=9, seq=39)",
+        "fresh batch min (batch=1, seq=8)", "fresh batch max (batch=16, seq=8)", "fresh batch odd (batch=9, seq=8)",
+        "fresh seq min (batch=4, seq=2)", "fresh seq max (batch=4, seq=64)", "fresh seq odd (batch=4, seq=39)"]
+    assert [tuple(c["inputs"][0].shape) for c in cases[1:4]] == [(1, 2), (16, 64), (9, 39)]
+    assert [tuple(c["inputs"][1].shape) for c in cases[7:]] == [(4, 3)] * 3
+    assert [c["sample"] for c in cases] == [True, False, False, True] + [False] * 6

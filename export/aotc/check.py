@@ -1,73 +1,40 @@
-"""`aotc check PKG.pt2 --model MODEL.py[:NAME]`: three-way parity of a package against its model file.
+"""`aotc check PKG.pt2 MODEL.py[:NAME]`: three-way parity of a package against its model file.
 
-For the samples stored in the package and for fresh inputs at the smallest, largest and an odd size of
-every dynamic dim, it runs the eager model (rebuilt from MODEL.py), the C++ runtime (aotc.runtime, the
-code aotc-run and aotc-server use) and PyTorch's Python loader (aotc.loader), prints one table row per
-case and output, and raises ParityError when any backend leaves the manifest's tolerance, or when the
-model file no longer produces the eager outputs stored in the package. Not a benchmark; single-threaded.
+For the samples stored in the package and for fresh inputs across the dynamic range (aotc.fresh, the
+generator the export's parity uses: every dim at its min, max and an odd size, together and apart, through
+the file's make_inputs where it has one, sized by the dims the manifest names), it runs the eager model
+(rebuilt from MODEL.py), the C++ runtime (aotc.runtime, the code aotc-run and aotc-server use) and PyTorch's
+Python loader (aotc.loader), prints one table row per case and output (max abs, max rel, elements outside
+tolerance, verdict), and raises ParityError when any backend leaves the manifest's tolerance or the model
+file no longer produces the eager outputs stored in the package, InconclusiveError when an output's
+reference is trivial (near zero or constant) in every case. Not a benchmark; single-threaded.
 """
 
 from __future__ import annotations
 
 import sys
 
-from aotc.errors import InputError, ParityError
-from aotc_client.specs import size_plan
+from aotc.errors import InconclusiveError, InputError, ParityError
 
 
-def fresh_cases(mf, manifest, examples: tuple, cast) -> list[tuple[str, tuple]]:
-    """[(label, inputs)] across the dynamic range (size_plan). Dims at the same position with the same range
-    take the same size (the manifest does not name shared symbols; [B, L] inputs share B and L this way). A
-    model file's make_inputs(batch) is used for batch-only models, whose inputs may depend on each other."""
-    import torch
-
-    from aotc.parity import random_like
-
-    specs = manifest.inputs
-    dynamic = sorted({(d, tuple(s.ranges[d])) for s in specs for d, n in enumerate(s.shape) if n == -1})
-    if not dynamic:
-        return []
-    batch = manifest.batch
-    only_batch = all(d == 0 for d, _ in dynamic)
-    gen = torch.Generator().manual_seed(1234)
-    cases = []
-    for label in ("min", "max", "odd"):
-        pick = {}
-        for d, (lo, hi) in dynamic:
-            plan = dict(size_plan(lo, hi))
-            pick[(d, (lo, hi))] = plan.get(label)
-        if any(v is None for v in pick.values()):
-            continue
-        if batch and only_batch and mf.make_inputs(pick[next(iter(pick))]) is not None:
-            b = pick[next(iter(pick))]
-            inputs = tuple(cast(x) for x in mf.make_inputs(b))
-            cases.append((f"fresh {label} (batch={b})", inputs))
-            continue
-        inputs = []
-        for s, ex in zip(specs, examples):
-            shape = [pick[(d, tuple(s.ranges[d]))] if n == -1 else n for d, n in enumerate(s.shape)]
-            inputs.append(random_like(ex, shape, gen).to(ex.device))
-        sizes = ", ".join(f"{'batch' if batch and d == 0 else f'dim{d}'}={n}" for (d, _), n in pick.items())
-        cases.append((f"fresh {label} ({sizes})", tuple(inputs)))
-    return cases
+def _row(case: str, output: str, errs: list) -> str:
+    cells = [f"{e.max_abs:10.3g} {e.max_rel:10.3g} {f'{e.mismatched}/{e.total}':>11} {e.verdict:>8}" for e in errs]
+    return f"{case[:40]:40} {output[:24]:24} " + "   ".join(cells)
 
 
-def _row(case: str, output: str, errs: list[dict]) -> str:
-    cells = [f"{e.max_abs:10.3g} {e.max_rel:10.3g} {'ok' if e.ok else 'FAIL':>4}" for e in errs]
-    return f"{case[:34]:34} {output[:20]:20} " + "   ".join(cells)
-
-
-def check_package(package: str, model_file: str) -> int:
-    """`aotc check PKG.pt2 --model MODEL.py[:NAME]`: the table described in the module docstring; returns 0,
-    raises ParityError."""
+def check_package(package: str, model_file: str, allow_trivial: bool = False) -> int:
+    """`aotc check PKG.pt2 MODEL.py[:NAME]`: the table described in the module docstring; returns 0, raises
+    ParityError or (unless `allow_trivial`) InconclusiveError."""
     import numpy as np
     import torch
 
     from aotc import export as exp
+    from aotc.fresh import fresh_cases
     from aotc.load_model import load_model_file
     from aotc.loader import load_package
     from aotc.parity import compare
     from aotc.runtime import Session
+    from aotc_client.specs import specs_from_manifest
 
     session = Session(package)  # verifies the package before anything else loads its code
     manifest = session.manifest
@@ -79,9 +46,12 @@ def check_package(package: str, model_file: str) -> int:
     cast = lambda x: exp.cast_input(x, device, float_dtype)  # noqa: E731
     python_runner = load_package(package)
 
+    if mf.input_names != manifest.input_names:
+        raise InputError(f"{model_file} takes inputs {mf.input_names}, {package} has {manifest.input_names}; "
+                         f"was the package exported from this file?")
+
     def eager(inputs):
-        with torch.no_grad():
-            return exp.flatten_outputs(model(*inputs), mf.path)
+        return exp.eager_outputs(model, inputs, mf)
 
     cases = []
     for i, (ins, stored) in enumerate(session.samples()):
@@ -91,15 +61,17 @@ def check_package(package: str, model_file: str) -> int:
             if not compare(name, torch.from_numpy(s), r, tol).ok:
                 raise ParityError(f"{model_file} no longer produces the eager output '{name}' stored in sample {i} "
                                   f"of {package}: was the package exported from another version of the file?")
-        cases.append((f"sample {i}", inputs, ref))
-    for label, inputs in fresh_cases(mf, manifest, examples, cast):
+        case = manifest.samples[i].case if i < len(manifest.samples) else ""
+        cases.append((f"sample {i}" + (f" ({case})" if case else ""), inputs, ref))
+    fresh, unvaried = fresh_cases(mf, specs_from_manifest(manifest.inputs), manifest.dims, examples, cast)
+    for label, inputs in fresh:
         cases.append((label, inputs, eager(inputs)))
 
     print(f"{package}: {manifest.name} vs {model_file}  (atol {tol.atol:g}, rtol {tol.rtol:g})")
-    cols = f"{'max_abs':>10} {'max_rel':>10} {'ok':>4}"
-    print(f"{'':34} {'':20} {'C++ runtime':^26}   {'Python loader':^26}")
-    print(f"{'case':34} {'output':20} {cols}   {cols}")
-    failed = []
+    cols = f"{'max_abs':>10} {'max_rel':>10} {'outside':>11} {'verdict':>8}"
+    print(f"{'':40} {'':24} {'C++ runtime':^41}   {'Python loader':^41}")
+    print(f"{'case':40} {'output':24} {cols}   {cols}")
+    failed, trivial = [], {n: [] for n in session.output_names}
     for label, inputs, ref in cases:
         try:
             cpp = session.run([x.detach().cpu().numpy() for x in inputs])
@@ -111,8 +83,21 @@ def check_package(package: str, model_file: str) -> int:
             print(_row(label, name, errs))
             if not all(e.ok for e in errs):
                 failed.append(f"{label} / {name}")
+            if r.numel():
+                trivial[name].append(errs[0].trivial)
+    if unvaried:
+        print(f"not varied: {', '.join(unvaried)} (make_inputs() has no parameter for them; they follow from what "
+              f"it makes)")
     sys.stdout.flush()
     if failed:
         raise ParityError(f"{len(failed)} of the checks above are outside tolerance: {', '.join(failed[:5])}")
+    vacuous = {n: whys[0] for n, whys in trivial.items() if whys and all(whys)}
+    if vacuous:
+        text = "; ".join(f"output '{n}' {why}" for n, why in vacuous.items())
+        if not allow_trivial:
+            raise InconclusiveError(f"parity is INCONCLUSIVE: {text} in every case, so any package answering "
+                                    f"zeros would pass; pass --allow-trivial-outputs to accept it")
+        print(f"parity INCONCLUSIVE (allowed): {text}")
+        return 0
     print(f"parity ok: {len(cases)} cases, eager == C++ runtime == Python loader within tolerance")
     return 0

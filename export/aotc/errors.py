@@ -29,3 +29,10 @@ class PackageError(AotcError):
 
 class InputError(AotcError):
     """Inputs disagree with the package's manifest (count, name, dtype, rank, dim range)."""
+
+
+class InconclusiveError(AotcError):
+    """Parity could not tell: a reference output is near zero or constant in every case, so a package of
+    zeros would pass (aotc export --allow-trivial-outputs accepts it)."""
+
+    exit_code = 1

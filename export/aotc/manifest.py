@@ -28,10 +28,13 @@ class TensorEntry:
     dtype: str                              # "float32", "int64", ... (docs/manifest.md)
     shape: tuple[int, ...]                  # -1 for a dynamic dim
     ranges: tuple[tuple[int, int], ...]     # inclusive [min, max] per dim; outputs: [0, -1] when unbounded
+    # inputs: each dynamic dim's name (a key of Manifest.dims) or expression of names ("2*batch"); None static
+    symbols: tuple[str | None, ...] | None = None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
-                "ranges": [list(r) for r in self.ranges]}
+                "ranges": [list(r) for r in self.ranges],
+                **({"symbols": list(self.symbols)} if self.symbols is not None else {})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,12 @@ class StaticGraph:
 class Sample:
     inputs: tuple[str, ...]       # archive paths of .npy files, relative to the archive's root folder
     outputs: tuple[str, ...]
+    case: str = ""                # the parity case it is, e.g. "example inputs", "fresh odd (batch=37)"
+    bytes: int = 0                # its .npy files together
+
+    def to_dict(self) -> dict:
+        return {"inputs": list(self.inputs), "outputs": list(self.outputs),
+                **({"case": self.case} if self.case else {}), **({"bytes": self.bytes} if self.bytes else {})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +89,10 @@ class Manifest:
     fallback_ops: tuple[str, ...] = ()
     files_sha256: dict = dataclasses.field(default_factory=dict)  # archive path of each .so -> sha256
     static_graphs: tuple[StaticGraph, ...] = ()
+    # the free dynamic dims of the inputs by name, each its inclusive [min, max] (TensorEntry.symbols use them)
+    dims: dict = dataclasses.field(default_factory=dict)
+    # what the sample cap kept: {"max_bytes": N or None (no cap), "bytes": kept, "left_out": [{"case", "bytes"}]}
+    samples_cap: dict = dataclasses.field(default_factory=dict)
     format: str = FORMAT
     aotc_version: str = ""
     created: str = ""
@@ -111,8 +124,10 @@ class Manifest:
             "compile": self.compile, "rewrites": self.rewrites, "fallback_ops": list(self.fallback_ops),
             "tolerance": {"atol": self.tolerance.atol, "rtol": self.tolerance.rtol},
             "files_sha256": dict(self.files_sha256),
-            "samples": [{"inputs": list(s.inputs), "outputs": list(s.outputs)} for s in self.samples],
+            "samples": [s.to_dict() for s in self.samples],
             "static_graphs": [g.to_dict() for g in self.static_graphs],
+            **({"dims": {k: list(v) for k, v in self.dims.items()}} if self.dims else {}),
+            **({"samples_cap": self.samples_cap} if self.samples_cap else {}),
         }
 
     def to_json(self) -> str:
@@ -133,13 +148,16 @@ class Manifest:
                 inputs=tuple(_tensor(t) for t in _list(d, "inputs")),
                 outputs=tuple(_tensor(t) for t in _list(d, "outputs")),
                 tolerance=Tolerance(float(d["tolerance"]["atol"]), float(d["tolerance"]["rtol"])),
-                samples=tuple(Sample(tuple(s["inputs"]), tuple(s["outputs"])) for s in _list(d, "samples")),
+                samples=tuple(Sample(tuple(s["inputs"]), tuple(s["outputs"]), str(s.get("case", "")),
+                                     int(s.get("bytes", 0))) for s in _list(d, "samples")),
                 batch=None if batch is None else Batch(int(batch["min"]), int(batch["max"])),
                 cpu_isa=d.get("cpu_isa") or "", cuda_arch=None if arch is None else tuple(arch),
                 compile=dict(d.get("compile") or {}), rewrites=dict(d.get("rewrites") or {}),
                 fallback_ops=tuple(d.get("fallback_ops") or ()), files_sha256=dict(d.get("files_sha256") or {}),
                 static_graphs=tuple(StaticGraph(int(g["batch"]), str(g["graph"]), g.get("weights"))
                                     for g in d.get("static_graphs") or ()),
+                dims={str(k): (int(v[0]), int(v[1])) for k, v in (d.get("dims") or {}).items()},
+                samples_cap=dict(d.get("samples_cap") or {}),
                 format=d["format"], aotc_version=str(d.get("aotc_version", "")), created=str(d.get("created", "")))
         except (KeyError, TypeError, ValueError) as e:
             raise PackageError(f"{where}: the aotc manifest is malformed ({type(e).__name__}: {e}); re-export "
@@ -161,8 +179,10 @@ def _list(d: dict, key: str) -> list:
 
 
 def _tensor(t: dict) -> TensorEntry:
+    symbols = t.get("symbols")
     return TensorEntry(str(t["name"]), str(t["dtype"]), tuple(int(n) for n in t["shape"]),
-                       tuple((int(lo), int(hi)) for lo, hi in t["ranges"]))
+                       tuple((int(lo), int(hi)) for lo, hi in t["ranges"]),
+                       None if symbols is None else tuple(None if x is None else str(x) for x in symbols))
 
 
 def _metadata_records(zf: zipfile.ZipFile) -> list[str]:

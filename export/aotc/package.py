@@ -87,6 +87,56 @@ def tensor_specs(ep, input_names: list[str],
     return inputs, outputs, batch
 
 
+def name_dims(ep, mf, inputs: list[TensorEntry], batched: bool) -> tuple[list[TensorEntry], dict]:
+    """(the inputs with `symbols`, the manifest's `dims`): each dynamic dim of an input named as the user knows
+    it -- "batch" for the shared dim 0 of a batched model, else the name of the model file's Dim
+    (dynamic_shapes()), else "<input>_dim<d>" -- and a derived dim as the expression of those names ("2*batch").
+    `dims` gives each free dim's range."""
+    import sympy
+    import torch
+
+    per_input = mf.dynamic_shapes if isinstance(mf.dynamic_shapes, dict) else dict(
+        zip(mf.input_names, mf.dynamic_shapes or ()))
+    nodes = {n.name: n for n in ep.graph.nodes}
+    rc = ep.range_constraints
+    vals = [nodes[n].meta["val"] for n in ep.graph_signature.user_inputs]
+    names: dict = {}
+    for name, val in zip(mf.input_names, vals):
+        declared = per_input.get(name)
+        declared = dict(enumerate(declared)) if isinstance(declared, (tuple, list)) else dict(declared or {})
+        for d, size in enumerate(val.shape):
+            if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol) or size.node.expr in names:
+                continue
+            dim = declared.get(d, declared.get(d - val.dim()))
+            dim = getattr(dim, "root", None) if type(dim).__name__ == "_DerivedDim" else dim
+            want = "batch" if batched and d == 0 else getattr(dim, "__name__", None) or f"{name}_dim{d}"
+            want = want if want.isidentifier() else f"{name}_dim{d}"
+            while want in names.values():
+                want += "_"
+            names[size.node.expr] = want
+    for name, val in zip(mf.input_names, vals):  # the roots of derived dims (2*batch) that no dim has plainly
+        declared = per_input.get(name)
+        declared = dict(enumerate(declared)) if isinstance(declared, (tuple, list)) else dict(declared or {})
+        for d, size in enumerate(val.shape):
+            if not isinstance(size, torch.SymInt) or size.node.expr.is_number:
+                continue
+            for sym in sorted(size.node.expr.free_symbols - set(names), key=str):
+                root = getattr(declared.get(d, declared.get(d - val.dim())), "root", None)
+                want = getattr(root, "__name__", "") if len(size.node.expr.free_symbols) == 1 else ""
+                want = want if want.isidentifier() else f"{name}_dim{d}_{sym}"
+                while want in names.values():
+                    want += "_"
+                names[sym] = want
+    rename = {sym: sympy.Symbol(n, integer=True, positive=True) for sym, n in names.items()}
+    out = []
+    for entry, val in zip(inputs, vals):
+        symbols = tuple(None if not isinstance(size, torch.SymInt) or size.node.expr.is_number
+                        else str(size.node.expr.xreplace(rename)) for size in val.shape)
+        out.append(dataclasses.replace(entry, symbols=symbols))
+    dims = {n: _dim_range(sym, rc, INT64_MAX) for sym, n in names.items()}
+    return out, dims
+
+
 def npy_bytes(t) -> bytes:
     """NumPy format 1.0, little-endian, C order. bfloat16 (which NumPy lacks) is stored as its uint16 bits."""
     import numpy as np
@@ -100,21 +150,52 @@ def npy_bytes(t) -> bytes:
     return buf.getvalue()
 
 
-def sample_files(samples: list[tuple[tuple, tuple]]) -> tuple[list[Sample], dict[str, bytes]]:
-    """(manifest 'samples' entries, {archive path: npy bytes}) for [(inputs, outputs), ...]."""
+DEFAULT_SAMPLES_MB = 16  # aotc export --samples: the cap on stored samples, in MB (1e6 bytes)
+
+
+def case_bytes(case: dict) -> int:
+    """What a parity case's inputs and eager outputs take as stored samples (their tensors' bytes)."""
+    ins, outs = case["inputs_outputs"]
+    return sum(t.numel() * t.element_size() for t in (*ins, *outs))
+
+
+def pick_samples(cases: list[dict], max_bytes: int | None) -> tuple[list[dict], list[dict]]:
+    """(kept, left out) of the cases marked as samples, in order (the example first, then static graphs', then
+    fresh ones), each kept while the total stays within `max_bytes` (None: no cap). The first is kept whatever
+    its size: a package carries at least one sample (shrink it first: parity.shrink_to)."""
+    kept, left, total = [], [], 0
+    marked = [c for c in cases if c.get("sample")]
+    # the first (the example), then the static graphs' (aotc-run's self-check of each graph), then the rest
+    marked = marked[:1] + sorted(marked[1:], key=lambda c: 0 if c.get("graph") else 1)
+    for case in marked:
+        size = case_bytes(case)
+        if not kept or max_bytes is None or total + size <= max_bytes:
+            kept.append(case)
+            total += size
+        else:
+            left.append(case)
+    return kept, left
+
+
+def sample_files(samples: list[tuple[tuple, tuple]], cases: list[str] | None = None) -> tuple[list[Sample],
+                                                                                              dict[str, bytes]]:
+    """(manifest 'samples' entries, {archive path: npy bytes}) for [(inputs, outputs), ...]; `cases` names the
+    parity case each sample is."""
     entries, files = [], {}
     for k, (ins, outs) in enumerate(samples):
-        paths = {}
+        paths, size = {}, 0
         for kind, tensors in (("input", ins), ("output", outs)):
             paths[kind] = tuple(f"{SAMPLE_DIR}/sample{k}_{kind}{i}.npy" for i in range(len(tensors)))
-            files.update((path, npy_bytes(t)) for path, t in zip(paths[kind], tensors))
-        entries.append(Sample(paths["input"], paths["output"]))
+            for path, t in zip(paths[kind], tensors):
+                files[path] = npy_bytes(t)
+                size += len(files[path])
+        entries.append(Sample(paths["input"], paths["output"], cases[k] if cases else "", size))
     return entries, files
 
 
 def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, outputs, batch: Batch | None,
                    compile_options: dict, rewrites: dict, fallback_ops, tolerance: Tolerance, samples,
-                   static_graphs=()) -> Manifest:
+                   static_graphs=(), dims=None, samples_cap=None) -> Manifest:
     """The manifest before the archive exists (files_sha256 is filled in by finalize)."""
     import torch
 
@@ -122,7 +203,8 @@ def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, o
         name=name, device=device, torch_version=torch.__version__, inputs=tuple(inputs), outputs=tuple(outputs),
         tolerance=tolerance, samples=tuple(samples), batch=batch, cpu_isa=cpu_isa,
         cuda_arch=None if cuda_arch is None else tuple(cuda_arch), compile=compile_options, rewrites=rewrites,
-        fallback_ops=tuple(fallback_ops), static_graphs=tuple(static_graphs), aotc_version=aotc.__version__,
+        fallback_ops=tuple(fallback_ops), static_graphs=tuple(static_graphs), dims=dict(dims or {}),
+        samples_cap=dict(samples_cap or {}), aotc_version=aotc.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 

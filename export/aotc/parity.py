@@ -1,137 +1,102 @@
 """Parity of an exported package against eager PyTorch, on the example inputs and across the dynamic range.
 
 `make_cases` builds the inputs to check and their eager outputs before compiling (so they can also be
-stored as samples): the example inputs, then fresh inputs at the smallest, the largest and an odd size of
-every dynamic dim. Fresh inputs come from the model file's `make_inputs(batch)` when it has one (inputs
-that depend on each other, e.g. offsets), otherwise from random tensors shaped and scaled like the
-examples. `check` loads the package through aotc.loader and compares within `abs(a-b) <= atol + rtol*|b|`.
-Not a benchmark. Uses a private RNG; safe to call from one thread at a time (eager models may not be).
+stored as samples): the example inputs, then fresh inputs from aotc.fresh (every dynamic dim at its min,
+max and an odd size, together and apart; the file's `make_inputs` where it has one). `trivial_outputs`
+names the outputs whose reference tests nothing at the tolerance (near zero or constant in every case), which
+makes the verdict INCONCLUSIVE. `shrink_sample` makes the example smaller when it does not fit the sample
+cap. `check` loads the package through aotc.loader and compares by aotc's one parity rule
+(aotc_client.compare). Not a benchmark. Uses a private RNG; safe to call from one thread at a time (eager
+models may not be).
 """
 
 from __future__ import annotations
 
+import math
+
 from aotc import export as exp
-from aotc_client.compare import Comparison, compare_array
-from aotc_client.specs import size_plan
+from aotc import fresh
+from aotc.fresh import random_like  # noqa: F401  (re-exported: check.py and tests draw like the examples)
+from aotc_client.compare import Comparison, compare_array, trivial
+from aotc_client.specs import specs_from_manifest
 
 
-def _batch_range(specs_in: list[dict], ep) -> tuple[int, int] | None:
-    """The range of the leading dim of the first output, else of the first input with a dynamic dim 0."""
-    outs = [s for s in ep.graph_signature.output_specs]
-    nodes = {n.name: n for n in ep.graph.nodes}
-    import torch
-
-    for spec in outs[:1]:
-        val = nodes[spec.arg.name].meta.get("val") if hasattr(spec.arg, "name") else None
-        if isinstance(val, torch.Tensor) and val.dim() and isinstance(val.shape[0], torch.SymInt):
-            lo, hi = _sym_range(val.shape[0].node.expr, ep.range_constraints)
-            if hi is not None:
-                return lo, hi
-    for s in specs_in:
-        if s.shape and s.shape[0] == -1:
-            return tuple(s.ranges[0])
-    return None
-
-
-def _sym_range(expr, rc):
-    from torch.utils._sympy.value_ranges import bound_sympy
-
-    vr = rc[expr] if expr in rc else bound_sympy(expr, rc)
-    lo = int(vr.lower) if vr.lower.is_finite else 0
-    return lo, (int(vr.upper) if vr.upper.is_finite else None)
-
-
-def random_like(x, shape, gen):
-    """Random values shaped `shape`, drawn like the tensor `x` (its integer range, its float mean and std)."""
-    import torch
-
-    if x.dtype == torch.bool:
-        return torch.rand(shape, generator=gen) < 0.5
-    if x.is_floating_point():
-        ref = x.detach().float().cpu()
-        mean, std = (ref.mean().item(), ref.std().item()) if ref.numel() > 1 else (0.0, 1.0)
-        return (torch.randn(shape, generator=gen) * (std or 1.0) + mean).to(x.dtype)
-    lo, hi = (int(x.min()), int(x.max())) if x.numel() else (0, 1)
-    return torch.randint(lo, hi + 1, shape, generator=gen, dtype=torch.int64).to(x.dtype)
-
-
-def _generic_inputs(ep, inputs, label: str, gen, names: dict):
-    """Random inputs with every dynamic symbol at its min/max/odd size (derived dims follow), and the sizes
-    picked as "batch=1, seq=8" (`names`: symbol -> the name a user knows it by, _dim_names)."""
-    import torch
-
-    nodes = {n.name: n for n in ep.graph.nodes}
-    vals = [nodes[n].meta["val"] for n in ep.graph_signature.user_inputs]
-    symbols = {}
-    for v in vals:
-        for d in v.shape:
-            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
-                symbols[d.node.expr] = None
-    pick = {}
-    for sym in symbols:
-        lo, hi = _sym_range(sym, ep.range_constraints)
-        plan = dict(size_plan(lo, hi if hi is not None else 2**63 - 1))
-        pick[sym] = plan.get(label, plan["max"])
-    out = []
-    for v, x in zip(vals, inputs):
-        shape = [int(d.node.expr.subs(pick)) if isinstance(d, torch.SymInt) else int(d) for d in v.shape]
-        out.append(random_like(x, shape, gen).to(x.device))
-    return tuple(out), ", ".join(f"{names.get(s, s)}={n}" for s, n in pick.items())
-
-
-def _dim_names(mf, ep, batch: bool) -> dict:
-    """{symbol: name} for the dynamic symbols of the program's inputs: "batch" for the shared dim 0 of a
-    batched model, else the name of the model file's Dim (dynamic_shapes()), else "<input> dim <d>"."""
-    import torch
-
-    ds = mf.dynamic_shapes
-    per_input = ds if isinstance(ds, dict) else dict(zip(mf.input_names, ds or ()))
-    nodes = {n.name: n for n in ep.graph.nodes}
-    names = {}
-    for name, node in zip(mf.input_names, ep.graph_signature.user_inputs):
-        dims = per_input.get(name)
-        dims = dict(enumerate(dims)) if isinstance(dims, (tuple, list)) else dict(dims or {})
-        for d, size in enumerate(nodes[node].meta["val"].shape):
-            if not (isinstance(size, torch.SymInt) and size.node.expr.is_Symbol) or size.node.expr in names:
-                continue
-            dim = dims.get(d, dims.get(d - len(nodes[node].meta["val"].shape)))
-            names[size.node.expr] = ("batch" if batch and d == 0 else getattr(dim, "__name__", None)
-                                     or f"{name} dim {d}")
-    return names
-
-
-def make_cases(mf, ep, model, inputs, ref, specs_in, device: str, dtype: str, batched: bool) -> list[dict]:
-    """[{"label", "inputs", "ref", "inputs_outputs", "sample"}]: the example first, then fresh sizes.
-    `batched`: the manifest has a batch (dim 0 shared by every input and output)."""
-    import torch
-
+def make_cases(mf, model, inputs, ref, specs_in, dims: dict, device: str, dtype: str,
+               quick: bool = False) -> tuple[list[dict], list[str]]:
+    """([{"label", "inputs", "ref", "inputs_outputs", "sample"}], the dims not varied): the example first, then
+    the fresh cases (none with `quick`). `specs_in`: the manifest's inputs (with symbols); `dims`: its dims.
+    The fresh case with every dim at an odd size is also a stored sample."""
     cases = [_case("example inputs", inputs, ref, sample=True)]
-    dynamic = any(-1 in s.shape for s in specs_in)
-    float_dtype = getattr(torch, exp.DTYPES[dtype])
-    gen = torch.Generator().manual_seed(1234)
-    batch = _batch_range(specs_in, ep) if getattr(mf.module, "make_inputs", None) else None
-    if batch is not None:
-        for label, b in size_plan(*batch):
-            fresh = tuple(exp.cast_input(x, device, float_dtype) for x in mf.make_inputs(b))
-            cases.append(_case(f"fresh {label} (batch={b})", fresh, _eager(model, fresh, mf), label == "odd"))
-    elif dynamic:
-        names = _dim_names(mf, ep, batched)
-        for label in ("min", "max", "odd"):
-            fresh, sizes = _generic_inputs(ep, inputs, label, gen, names)
-            if any(c["label"].endswith(f"({sizes})") for c in cases):
-                continue  # e.g. no odd size fits a narrow range
-            cases.append(_case(f"fresh {label} ({sizes})", fresh, _eager(model, fresh, mf), label == "odd"))
+    if quick:
+        return cases, []
+    fresh_inputs, unvaried = fresh.fresh_cases(mf, specs_from_manifest(specs_in), dims, inputs,
+                                               cast=_caster(device, dtype))
+    for label, ins in fresh_inputs:
+        cases.append(_case(label, ins, _eager(model, ins, mf), sample=label.startswith("fresh odd (")))
+    return cases, unvaried
+
+
+def shrink_sample(mf, model, example: dict, specs_in, dims: dict, device: str, dtype: str,
+                  max_bytes: int) -> dict | None:
+    """A case like the example with its dynamic dims made smaller (each halved in turn, the relatively largest
+    first, never below its min) until its inputs and outputs fit `max_bytes`, as a sample; None when the model
+    has no dim to shrink. Outputs are assumed to grow with the product of the dims (an estimate; the case is
+    then made and run for real)."""
+    from aotc.package import case_bytes
+
+    specs = specs_from_manifest(specs_in)
+    cases, _ = fresh.plan(mf, specs, dims)
+    choosable = {k for _, sizes in cases for k in sizes}
+    start = {k: v for k, v in fresh.example_sizes(specs, example["inputs"]).items() if k in choosable}
+    if "batch" in choosable and "batch" not in start and example["inputs"] and example["inputs"][0].dim():
+        start["batch"] = int(example["inputs"][0].shape[0])
+    ranges = dims or {}
+    sizes = dict(start)
+    estimate = lambda: case_bytes(example) * math.prod(sizes[k] / start[k] for k in sizes)  # noqa: E731
+    while estimate() > max_bytes:
+        shrinkable = [k for k in sizes if sizes[k] > ranges.get(k, (1, 0))[0] and sizes[k] > 1]
+        if not shrinkable:
+            break
+        k = max(shrinkable, key=lambda k: sizes[k] / max(ranges.get(k, (1, 0))[0], 1))
+        sizes[k] = max(sizes[k] // 2, ranges.get(k, (1, 0))[0], 1)
+    if sizes == start:
+        return None
+    cast = _caster(device, dtype)
+    if mf.size_params is not None:
+        ins = tuple(cast(x) for x in mf.make_inputs(**sizes))
     else:
-        fresh = tuple(random_like(x, list(x.shape), gen).to(x.device) for x in inputs)
-        cases.append(_case("fresh inputs", fresh, _eager(model, fresh, mf), True))
-    return cases
+        import torch
+
+        from aotc_client.specs import shape_for
+
+        gen = torch.Generator().manual_seed(4321)
+        full = {**fresh.example_sizes(specs, example["inputs"]), **sizes}
+        ins = tuple(fresh.random_like(x, shape_for(s, full), gen).to(x.device) for s, x in zip(specs,
+                                                                                             example["inputs"]))
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    return _case(f"sample ({shown})", ins, _eager(model, ins, mf), sample=True)
+
+
+def trivial_outputs(cases: list[dict], output_names: list[str], tol) -> dict[str, str]:
+    """{output name: why} for every float output whose reference is trivial (aotc_client.compare.trivial: within
+    atol of zero, or constant) in every case where it has values: parity on it would pass a package of zeros."""
+    out = {}
+    for i, name in enumerate(output_names):
+        whys = [trivial(to_numpy(c["ref"][i]), tol.atol, tol.rtol) for c in cases if c["ref"][i].numel()]
+        if whys and all(whys):
+            out[name] = whys[0]
+    return out
+
+
+def _caster(device: str, dtype: str):
+    import torch
+
+    float_dtype = getattr(torch, exp.DTYPES[dtype])
+    return lambda x: exp.cast_input(x, device, float_dtype)
 
 
 def _eager(model, inputs, mf):
-    import torch
-
-    with torch.no_grad():
-        return exp.flatten_outputs(model(*inputs), mf.path)
+    return exp.eager_outputs(model, inputs, mf)
 
 
 def _case(label, inputs, ref, sample: bool) -> dict:

@@ -15,7 +15,7 @@ import tempfile
 from aotc import compile as aoti
 from aotc import export as exp
 from aotc import package, parity, report
-from aotc.errors import ExportError, NoAttentionKernel, ParityError
+from aotc.errors import ExportError, InconclusiveError, NoAttentionKernel, ParityError
 from aotc.manifest import Batch, StaticGraph, Tolerance
 from aotc.load_model import load_model_file, with_example_batch
 from aotc_client.compare import default_tolerance
@@ -47,6 +47,12 @@ class ExportOptions:
     name: str | None = None
     allow_python_ops: bool = False
     embedding_bag: str = "auto"
+    # a reference output near zero or constant in every parity case is INCONCLUSIVE, an error unless allowed
+    allow_trivial_outputs: bool = False
+    samples: float | None = package.DEFAULT_SAMPLES_MB  # cap on stored samples in MB; None: no cap
+    # iterate quickly: no decomposition in the graph report, parity at the example inputs only, the
+    # embedding-bag lowering by rule instead of measured
+    quick: bool = False
     quiet: bool = False
     verbose: bool = False
 
@@ -81,7 +87,7 @@ def export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         except NoAttentionKernel:
             pass
     with attention_backend(opts.sdpa_backend):
-        return _export_model_file(spec, opts)
+        return _export_model_file(spec, opts, mf)
 
 
 def _check_device(opts: ExportOptions) -> None:
@@ -98,6 +104,9 @@ def _output_path(opts: ExportOptions, mf) -> str:
     return out
 
 
+STAGES = 8  # the progress lines of an export without static graphs (each static graph adds two)
+
+
 def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
     _check_device(opts)
     # the static graphs, counted now with --dynamic-batch, a list of sizes or no default; else (the buckets of a
@@ -110,7 +119,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         planned = 0
     else:
         planned = None
-    prog = report.Progress(None if planned is None else 7 + 2 * planned, quiet=opts.quiet)
+    prog = report.Progress(None if planned is None else STAGES + 2 * planned, quiet=opts.quiet)
 
     with prog.stage(f"loading {spec}") as note:
         mf = mf or load_for_export(spec, opts)
@@ -120,26 +129,34 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
 
     with prog.stage("eager reference run") as note:
         model, inputs = exp.prepare(mf, opts.device, opts.dtype)
-        ref = exp.eager_outputs(model, inputs, mf)
-        output_names = mf.output_names or [f"output{i}" for i in range(len(ref))]
-        note["text"] = f"{len(ref)} outputs"
+        output_names, ref = exp.run_eager(model, inputs, mf)
+        note["text"] = f"{len(ref)} outputs: {', '.join(output_names)}"
 
     with prog.stage("torch.export" + (" (strict)" if opts.strict else "")):
         ds = exp.dynamic_shapes_for(mf, inputs, opts.dynamic_batch)
-        ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose)
+        ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose,
+                              positional=mf.positional)
         attention = any("scaled_dot_product" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
 
-    with prog.stage("graph report and rewrites") as note:
+    with prog.stage("graph report and rewrites" + (" (quick)" if opts.quick else "")) as note:
         ep, rewrites = _rewrite(ep, inputs, opts)
-        graph = report.graph_report(ep)
+        graph = report.graph_report(ep, mf.args_kwargs(inputs), decompose=not opts.quick)
         if graph["python_ops"] and not opts.allow_python_ops:
             raise ExportError(_python_ops_message(graph["python_ops"]))
         specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
-        cases = parity.make_cases(mf, ep, model, inputs, ref, specs_in, opts.device, opts.dtype, batch is not None)
+        specs_in, dims = package.name_dims(ep, mf, specs_in, batch is not None)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
-    static = _static_plan(opts, batch)
-    prog.total = 7 + 2 * len(static)
+
     tol = tolerance_for(mf, opts.dtype)
+    with prog.stage("eager runs of the parity cases" + (" (quick: the examples only)" if opts.quick else "")) as note:
+        cases, unvaried = parity.make_cases(mf, model, inputs, ref, specs_in, dims, opts.device, opts.dtype,
+                                            quick=opts.quick)
+        trivial = parity.trivial_outputs(cases, output_names, tol)
+        if trivial and not opts.allow_trivial_outputs:
+            raise InconclusiveError(_trivial_message(trivial, len(cases), tol))
+        note["text"] = f"{len(cases)} cases" + (f"; not varied: {', '.join(unvaried)}" if unvaried else "")
+    static = _static_plan(opts, batch)
+    prog.total = STAGES + 2 * len(static)
     inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing, opts.inductor_extra)
     inductor.pop("aot_inductor.metadata")
     static_programs = {}  # graph name -> its exported program
@@ -154,8 +171,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                 static[i] = g = dataclasses.replace(g, weights="model")
             cases.append(parity.static_case(g, inputs_s, ref_s))
 
-    samples = [cases[0]["inputs_outputs"]] + [c["inputs_outputs"] for c in cases[1:] if c.get("sample")]
-    sample_entries, sample_bytes = package.sample_files(samples)
+    sample_entries, sample_bytes, samples_cap = _samples(mf, model, cases, specs_in, dims, opts)
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
                        "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor,
                        # the attention kernel, where the model has attention for it to choose
@@ -164,7 +180,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         name=name, device=opts.device, cpu_isa=aoti.cpu_isa() if opts.device == "cpu" else "",
         cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
         batch=batch, compile_options=compile_options, rewrites=rewrites, fallback_ops=graph["fallback_ops"],
-        tolerance=tol, samples=sample_entries, static_graphs=static)
+        tolerance=tol, samples=sample_entries, static_graphs=static, dims=dims, samples_cap=samples_cap)
 
     out_dir = os.path.dirname(os.path.abspath(out))
     os.makedirs(out_dir, exist_ok=True)
@@ -194,7 +210,34 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         results = parity.check(out, cases, tol, opts.device, main_weights)
         note["text"] = f"{sum(r['ok'] for r in results)}/{len(results)} cases within tolerance"
     return {"path": out, "manifest": manifest, "graph": graph, "compile_s": compile_s, "size_bytes": size,
-            "parity": results}
+            "parity": results, "unvaried": unvaried, "trivial": trivial, "quick": opts.quick}
+
+
+def _samples(mf, model, cases: list[dict], specs_in, dims: dict, opts):
+    """(manifest samples, their files, the manifest's samples_cap) within --samples: the example (made smaller
+    when it alone exceeds the cap, parity.shrink_sample), the static graphs' cases, then the fresh odd case,
+    each while the total fits."""
+    cap = None if opts.samples is None else int(opts.samples * 1e6)
+    replaced = []
+    if cap is not None and package.case_bytes(cases[0]) > cap:
+        smaller = parity.shrink_sample(mf, model, cases[0], specs_in, dims, opts.device, opts.dtype, cap)
+        if smaller is not None:
+            cases[0]["sample"] = False
+            replaced.append(cases[0])
+            cases.insert(1, smaller)
+    kept, left = package.pick_samples(cases, cap)
+    left = replaced + left
+    entries, files = package.sample_files([c["inputs_outputs"] for c in kept], [c["label"] for c in kept])
+    return entries, files, {"max_bytes": cap, "bytes": sum(e.bytes for e in entries),
+                            "left_out": [{"case": c["label"], "bytes": package.case_bytes(c)} for c in left]}
+
+
+def _trivial_message(trivial: dict, n_cases: int, tol) -> str:
+    name, why = next(iter(trivial.items()))
+    more = f" (and {', '.join(repr(n) for n in list(trivial)[1:])})" if len(trivial) > 1 else ""
+    return (f"parity is INCONCLUSIVE: output '{name}'{more} {why} in all {n_cases} cases, so a package answering "
+            f"zeros (or that constant) would pass at atol={tol.atol:g} rtol={tol.rtol:g}; give the model weights "
+            f"or inputs whose outputs are not trivial (calibrate it), or pass --allow-trivial-outputs")
 
 
 def graph_buckets(lo: int, hi: int) -> list[int]:
@@ -250,9 +293,10 @@ def _static_program(mf, model, inputs: tuple, rewrites: dict, opts):
     (the same embedding-bag lowering, not measured again)."""
     size = inputs[0].shape[0]
     ds = exp.dynamic_shapes_for(mf, inputs, (size, size))
-    ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose)
+    ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose,
+                          positional=mf.positional)
     lowering = rewrites.get("embedding_bag", {}).get("lowering", opts.embedding_bag)
-    ep, _ = _rewrite(ep, inputs, dataclasses.replace(opts, embedding_bag=lowering))
+    ep, _ = _rewrite(ep, inputs, dataclasses.replace(opts, embedding_bag=lowering, quick=True))
     return ep
 
 
@@ -280,7 +324,7 @@ def borrows_weights(ep_static, main_weights: dict) -> bool:
 def _rewrite(ep, inputs, opts):
     from aotc.rewrite import run_rewrites
 
-    return run_rewrites(ep, inputs, opts.device, {"embedding_bag": opts.embedding_bag})
+    return run_rewrites(ep, inputs, opts.device, {"embedding_bag": opts.embedding_bag, "measure": not opts.quick})
 
 
 def _python_ops_message(ops: list[str]) -> str:
@@ -363,7 +407,7 @@ def run_export(spec: str, opts: ExportOptions, use_cache: bool = True, cache_max
             return 0
         print(f"cache miss {key}", flush=True)
     result = export_model_file(spec, opts, mf)
-    summary = report.format_summary(result)
+    summary = report.format_summary(result, opts.allow_trivial_outputs)
     print(summary)
     bad = [c["label"] for c in result["parity"] if not c["ok"]]
     if bad:

@@ -33,6 +33,19 @@ def static_batches(text: str) -> tuple[int, ...] | str:
     return tuple(positive_int(t) for t in text.split(","))
 
 
+def samples_mb(text: str) -> float | None:
+    """`--samples MB` (a cap in MB, >= 0) or `none` (no cap)."""
+    if text == "none":
+        return None
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise argparse.ArgumentTypeError(f"expected a size in MB (a number >= 0) or 'none', got {text!r}")
+    return mb
+
+
 def add_parser(sub) -> None:
     from aotc.pipeline import ExportOptions
 
@@ -73,6 +86,18 @@ def add_parser(sub) -> None:
                    help="accept ops that would call back into Python at run time (proxy executor)")
     p.add_argument("--embedding-bag", choices=EMBEDDING_BAG_CHOICES, default=d.embedding_bag,
                    help="how nn.EmbeddingBag is lowered (auto: measure and pick)")
+    p.add_argument("--allow-trivial-outputs", action="store_true",
+                   help="export even when parity is inconclusive: an output whose eager values are all within "
+                        "atol of zero, or constant, in every case (a package of zeros would pass)")
+    p.add_argument("--samples", type=samples_mb, default=d.samples, metavar="MB|none",
+                   help="cap the samples stored in the package (inputs and eager outputs for aotc-run's "
+                        "self-check) at MB megabytes, the example made smaller if it alone does not fit (at "
+                        "least one sample is kept); none: no cap (default %(default)s)")
+    p.add_argument("--quick", action="store_true",
+                   help="iterate quickly: a graph report without decomposition, parity on the example inputs "
+                        "only, the embedding-bag lowering by rule instead of measured")
+    p.add_argument("--verbose", "-v", action="store_true", help="show tracebacks, torch's logs and what it prints "
+                   "while an export fails")
     p.set_defaults(parser=p)
     p.add_argument("--no-cache", dest="cache", action="store_false",
                    help="export even when the export cache ($AOTC_CACHE_DIR, default ~/.cache/aotc) holds this "
@@ -93,7 +118,8 @@ def options(args):
         freezing={"on": True, "off": False}.get(args.freezing),
         inductor_extra=pipeline.parse_inductor_configs(args.inductor_config), strict=args.strict,
         sdpa_backend=args.sdpa_backend, name=args.name, allow_python_ops=args.allow_python_ops,
-        embedding_bag=args.embedding_bag, verbose=args.verbose)
+        embedding_bag=args.embedding_bag, allow_trivial_outputs=args.allow_trivial_outputs, samples=args.samples,
+        quick=args.quick, verbose=args.verbose)
 
 
 def run(args) -> int:

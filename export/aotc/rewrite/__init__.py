@@ -25,7 +25,8 @@ def has_embedding_bag(ep) -> bool:
 
 
 def run_rewrites(ep, example_inputs, device: str, options: dict) -> tuple[object, dict]:
-    """Applies the rewrites the graph needs. options: {"embedding_bag": "auto|decompose|jagged|triton|aten"}."""
+    """Applies the rewrites the graph needs. options: {"embedding_bag": "auto|decompose|jagged|triton|aten",
+    "measure": False to make auto pick by rule (embedding_bag.heuristic) instead of timing (aotc export --quick)}."""
     report: dict = {}
     if has_embedding_bag(ep):
         choice = options.get("embedding_bag", "auto")
@@ -35,5 +36,6 @@ def run_rewrites(ep, example_inputs, device: str, options: dict) -> tuple[object
         else:
             from aotc.rewrite import embedding_bag
 
-            ep, report["embedding_bag"] = embedding_bag.rewrite(ep, example_inputs, device, choice)
+            ep, report["embedding_bag"] = embedding_bag.rewrite(ep, example_inputs, device, choice,
+                                                                measure=options.get("measure", True))
     return ep, report

@@ -101,8 +101,15 @@ def _check_choice(choice: str, device: str) -> None:
         raise ExportError("--embedding-bag triton needs the triton package; install it with pip install triton")
 
 
-def rewrite(ep, example_inputs: tuple, device: str, choice: str):
-    """Replaces every embedding-bag node of `ep` by the lowering `choice` (or the measured one, for auto).
+def heuristic(device: str) -> str:
+    """auto's pick without measuring (aotc export --quick): what measuring picks most often (docs/export.md,
+    Embedding bags): aotc's Triton kernel on CUDA, ATen's sum path (the mean divided after) on the CPU."""
+    return "triton" if device.startswith("cuda") and triton_available() else "aten_sum"
+
+
+def rewrite(ep, example_inputs: tuple, device: str, choice: str, measure: bool = True):
+    """Replaces every embedding-bag node of `ep` by the lowering `choice` (or the measured one, for auto;
+    with `measure` False, auto takes `heuristic(device)` and times nothing).
 
     Returns (new ExportedProgram, report): report = {"lowering", "candidates_ms", "nodes", "details": [per
     node]}, plus "measure_s", "skipped" ({candidate: why}) and, when the example inputs have fewer bags than
@@ -114,7 +121,10 @@ def rewrite(ep, example_inputs: tuple, device: str, choice: str):
     plans = [plan_node(n) for n in nodes]
     report = {"lowering": "aten", "candidates_ms": {}, "nodes": len(nodes)}
     lowering, t0 = choice, time.perf_counter()
-    if choice == "auto" and nodes:
+    if choice == "auto" and nodes and not measure:
+        lowering = heuristic(device)
+        report["note"] = "not measured (--quick): the heuristic choice"
+    elif choice == "auto" and nodes:
         from aotc.rewrite import eb_measure
 
         try:
