@@ -58,8 +58,11 @@ int main(int argc, char** argv) {
     }
     read_api_key(options, std::getenv("AOTC_API_KEY"));
     struct stat st {};
-    if (::stat(options.model_repository.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-      throw std::invalid_argument("--model-repository '" + options.model_repository + "' is not a directory");
+    const std::string& dir = options.model_repository;
+    const bool found = ::stat(dir.c_str(), &st) == 0;
+    const bool package = dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".pt2") == 0 && S_ISREG(st.st_mode);
+    if (!found || !(S_ISDIR(st.st_mode) || package))
+      throw std::invalid_argument("--model-repository '" + dir + "' is neither a directory nor a .pt2 package");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "aotc-server: error: %s\n", e.what());
     return 2;
@@ -77,7 +80,8 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   raise_descriptor_limit(options.max_connections);
 
-  Repository repo(options.model_repository, {options.device_index, options.cuda_graphs}, log_line);
+  Repository repo(options.model_repository, {options.device_index, options.cuda_graphs, options.model_name},
+                  log_line);
   ServerInfo info;
   info.version = "0.1.0";
   info.extensions = {"binary_tensor_data", "parameters", "statistics", "model_repository", "model_configuration",

@@ -13,7 +13,11 @@ namespace aotc::server {
 
 const char* usage() {
   return "usage: aotc-server --model-repository DIR [options]\n"
-         "  --model-repository DIR   models as DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json)\n"
+         "  --model-repository DIR   models as DIR/<model>/<version>/model.pt2 (+ DIR/<model>/config.json); or one\n"
+         "                           model: DIR/<version>/model.pt2 (+ DIR/config.json), or a lone package,\n"
+         "                           DIR/<any>.pt2 or the .pt2 itself (version 1): the layouts KServe leaves\n"
+         "  --model-name NAME        the name one model of those layouts is served under (default: DIR's name;\n"
+         "                           several top-level .pt2 files: each file's stem); ignored for a repository\n"
          "  --http-port P            port to listen on (default 8000; 0 = any free port)\n"
          "  --host H                 address to bind (default 127.0.0.1)\n"
          "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/* (a key on\n"
@@ -88,7 +92,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       else o.exit_on_error = true;
       continue;
     }
-    static const char* const kValued[] = {"--model-repository", "--http-port", "--host", "--api-key",
+    static const char* const kValued[] = {"--model-repository", "--model-name", "--http-port", "--host", "--api-key",
                                           "--api-key-file", "--poll-repository", "--max-body-bytes",
                                           "--http-threads", "--keep-alive-timeout", "--header-timeout",
                                           "--body-timeout", "--max-connections", "--exit-timeout-secs",
@@ -100,6 +104,11 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       value = args[++i];
     }
     if (flag == "--model-repository") o.model_repository = value;
+    else if (flag == "--model-name") {
+      if (value.empty() || value.find('/') != std::string::npos || value == "." || value == "..")
+        throw std::invalid_argument("--model-name expects a model name (no '/'), got '" + value + "'");
+      o.model_name = value;
+    }
     else if (flag == "--http-port") o.http_port = static_cast<int>(to_int(flag, value, 0, 65535));
     else if (flag == "--host") o.host = value;
     else if (flag == "--api-key") {

@@ -9,7 +9,8 @@
 namespace aotc::server {
 
 struct ServerOptions {
-  std::string model_repository;             // DIR/<model>/<version>/model.pt2
+  std::string model_repository;             // DIR/<model>/<version>/model.pt2, or one model's layouts (repository.h)
+  std::string model_name;                   // the name of the one model of a single-model layout; "": DIR's name
   std::string host = "127.0.0.1";
   int http_port = 8000;                     // 0 picks a free port (printed at start)
   std::string api_key;                      // non-empty: `Authorization: Bearer KEY` on all but health

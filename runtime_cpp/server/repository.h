@@ -27,7 +27,12 @@ class Repository {
   struct Defaults {
     int device_index = -1;
     bool cuda_graphs = true;
+    std::string model_name;  // the one model of a single-model layout (below); "": the root's name
   };
+  // The root may be a repository (ROOT/<model>/<version>/model.pt2, with ROOT/<model>/config.json), one
+  // model's versions (ROOT/<version>/model.pt2, with ROOT/config.json), or lone packages (ROOT/<name>.pt2, or
+  // ROOT itself a .pt2; version 1 each): every layout KServe's storage initializer can leave at /mnt/models.
+  // Each scan decides anew, so a root that changes layout is served as it now is.
   Repository(std::string root, Defaults defaults, Log log);
   ~Repository();
 
