@@ -11,9 +11,9 @@ VENV      := .venv
 PY        := $(VENV)/bin/python
 PIP       := $(PY) -m pip
 BUILD_DIR := build/py
-APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl
+APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl patchelf
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
-             pytest pytest-timeout hypothesis httpx matplotlib triton
+             pytest pytest-timeout hypothesis httpx matplotlib triton jsonschema pyyaml
 # The example models of libraries (models/hf_bert.py, gpt2.py, torchrec_ebc.py). None may pull in torch (an
 # unpinned one is a multi-GB CUDA build): torchrec goes in with --no-deps (it pins a GPU fbgemm and an old
 # torchmetrics), beside the CPU fbgemm of its version; torchvision stays out (its only wheel here is a CUDA
