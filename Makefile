@@ -90,7 +90,7 @@ TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp batch.cpp types.cpp 
 # what it learns stays in $(FUZZ_DIR)/corpus, a crash's input goes to $(FUZZ_DIR)/crashes (both outside git).
 FUZZ_DIR     := build/fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_SRCS    := $(addprefix runtime_cpp/server/,fuzz/fuzz_infer.cpp codec_infer.cpp codec_admin.cpp types.cpp)
+FUZZ_SRCS    := $(addprefix runtime_cpp/server/,fuzz/fuzz_infer.cpp codec_infer.cpp codec_admin.cpp codec_warmup.cpp types.cpp)
 SERVER_HDRS  := $(wildcard runtime_cpp/server/*.h)
 
 test-sanitize: test-asan test-tsan test-fuzz

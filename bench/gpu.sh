@@ -6,7 +6,7 @@
 # CPU development machine (it has no CUDA).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback"
+ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup"
 
 usage() {
   cat <<'EOF'
@@ -35,6 +35,7 @@ The others run in the order given:
   batching  bench/batching.py: BERT at concurrency 32, batched against unbatched, per package  batching.md
   memory    bench/gpu_memory.py: each BERT package's size and its device memory once loaded     memory.md
   loopback  bench/loopback.py: the floor of an N-byte answer over loopback TCP (no GPU)        loopback.md
+  warmup    bench/warmup.py: BERT's first 200 answers after a hot reload, warm-up on and off    warmup.md
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -447,6 +448,8 @@ for s in $STAGES; do
   case $s in
     loopback) wait_eb; stage loopback "$OUT/loopback.log" "$PY" bench/loopback.py --seconds 2 --rounds 3 \
                 --out "$OUT/loopback.md" ;;
+    warmup) wait_eb; stage warmup "$OUT/warmup.log" "$PY" bench/warmup.py --package "$PKGS/bert_base.pt2" \
+              --batches 1,2,4,8,16,32 --clients 16 --seconds 3 --rounds 3 --out "$OUT/warmup.md" ;;
     memory) wait_eb; stage memory "$OUT/memory.log" memory ;;
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;

@@ -214,3 +214,22 @@ def test_inputs_in_shared_memory_go_to_the_device_from_their_region(tmp_path, pa
             assert "stays pageable" not in s.log(), s.log()[-2000:]
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+def test_warm_up_captures_every_bucket_on_every_runner_before_ready(tmp_path, package):
+    """The default warm-up: the stored sample at each CUDA-graph bucket on each runner, twice (the capture,
+    then a replay), before the version is READY; with model_warmup: [] none. The answers stay right."""
+    import re
+
+    pkg = package("mlp")
+    (xs,), (ys,) = read_samples(pkg)[0]
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg, "cold": pkg},
+                           {"mlp": {"num_runners": 2, "device_index": 0},
+                            "cold": {"num_runners": 2, "device_index": 0, "model_warmup": []}})
+    with Server("cpp", repo) as s:
+        _, cfg = s.json("GET", "/v2/models/mlp/config")
+        n_buckets = len(cfg["optimization"]["cuda"]["graph_batch_sizes"])
+        calls = {m: int(re.search(rf"loaded model '{m}' version 1 .* \((\d+) warm-up calls\)", s.log()).group(1))
+                 for m in ("mlp", "cold")}
+        assert n_buckets > 1 and calls == {"mlp": 2 * n_buckets * 2, "cold": 0}, (calls, s.log()[-2000:])
+        assert send_rows(s, xs, ys, {"atol": 1e-3, "rtol": 1e-3}, 5)

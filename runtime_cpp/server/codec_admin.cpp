@@ -93,6 +93,7 @@ ModelConfig parse_model_config(const std::string& text) {
       c.instance_group.push_back(std::move(g));
     }
   }
+  if (const Value* v = member(doc, "model_warmup")) c.model_warmup = parse_model_warmup(*v);
   return c;
 }
 
@@ -219,6 +220,10 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
     w.EndObject();
   }
   w.Key("run_inline_when_idle"); w.Bool(c.run_inline_when_idle);
+  if (c.model_warmup) {
+    w.Key("model_warmup");
+    write_model_warmup(w, *c.model_warmup);
+  }
   w.Key("instance_group");
   w.StartArray();
   for (const auto& g : c.instance_group) {

@@ -62,6 +62,10 @@ inline const Value* member(const Value& obj, const char* key) {
   return it == obj.MemberEnd() ? nullptr : &it->value;
 }
 
+// config.json's "model_warmup" (codec_warmup.cpp). Throws ServeError(400) naming the bad field.
+std::vector<WarmupSample> parse_model_warmup(const Value& v);
+void write_model_warmup(Writer& w, const std::vector<WarmupSample>& samples);
+
 inline void write_shape(Writer& w, const std::vector<int64_t>& shape) {
   w.StartArray();
   for (int64_t d : shape) w.Int64(d);

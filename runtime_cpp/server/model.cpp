@@ -4,12 +4,19 @@
 // state beyond the Session, which is thread-safe, and one process-wide atomic thread count.
 #include "model.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/empty.h>
 #include <aotc/runtime.h>
 
 namespace aotc::server {
@@ -53,6 +60,45 @@ TensorInfo to_info(const aotc::TensorSpec& s) {
   t.shape = s.shape;
   t.ranges = s.ranges;
   return t;
+}
+
+// The tensors of one model_warmup entry, in manifest order (Model::warm_up).
+std::vector<at::Tensor> warmup_inputs(const aotc::Manifest& man, const WarmupSample& w, const std::string& dir,
+                                      const std::string& at) {
+  std::vector<at::Tensor> out(man.inputs.size());
+  for (const auto& [name, in] : w.inputs) {
+    auto it = std::find_if(man.inputs.begin(), man.inputs.end(), [&](const auto& s) { return s.name == name; });
+    if (it == man.inputs.end()) throw ServeError(503, at + " names input '" + name + "', which the package lacks");
+    const auto type = wire_type_from_manifest(aotc::dtype_name(it->dtype));
+    if (!type || in.data_type != triton_type_name(*type))
+      throw ServeError(503, at + " gives input '" + name + "' as " + in.data_type + ", the package takes " +
+                                (type ? triton_type_name(*type) : "an unsupported type"));
+    std::vector<int64_t> shape = in.dims;
+    if (man.batch) shape.insert(shape.begin(), w.batch_size);
+    const auto st = aotc::to_scalar_type(it->dtype);
+    const auto opts = at::TensorOptions().dtype(st);
+    at::Tensor t;
+    if (in.source == "zero_data") {
+      t = at::zeros(shape, opts);
+    } else if (in.source == "random_data") {
+      t = at::isFloatingType(st) ? at::rand(shape, opts) : at::randint(0, 2, shape, opts);
+    } else {
+      const std::string path = dir + "/" + in.file;
+      std::ifstream f(path, std::ios::binary);
+      std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      t = at::empty(shape, opts);
+      if (!f.is_open() && bytes.empty()) throw ServeError(503, at + ": cannot read input_data_file '" + path + "'");
+      if (bytes.size() != t.nbytes())
+        throw ServeError(503, at + ": input_data_file '" + path + "' holds " + std::to_string(bytes.size()) +
+                                  " bytes, input '" + name + "' of shape " + shape_str(shape) + " needs " +
+                                  std::to_string(t.nbytes()));
+      std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+    }
+    out[static_cast<size_t>(it - man.inputs.begin())] = t;
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!out[i].defined()) throw ServeError(503, at + " gives no input '" + man.inputs[i].name + "'");
+  return out;
 }
 
 }  // namespace
@@ -103,6 +149,30 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   m->info_.pin_host_io = man.device == "cuda";  // the session copies to and from its device
   m->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return m;
+}
+
+size_t Model::warm_up(const std::optional<std::vector<WarmupSample>>& samples, const std::string& dir) const {
+  adopt_intra_op_threads();
+  std::string at = "warm-up with the package's first sample";
+  try {
+    if (!samples) {
+      const auto stored = session_->load_samples();
+      return stored.empty() ? 0 : session_->warm_up(stored.front().first, 2, /*every_batch=*/true);
+    }
+    size_t calls = 0;
+    for (size_t i = 0; i < samples->size(); ++i) {
+      const WarmupSample& w = (*samples)[i];
+      at = "config.json: model_warmup[" + std::to_string(i) + "]" + (w.name.empty() ? "" : " '" + w.name + "'");
+      calls += session_->warm_up(warmup_inputs(session_->manifest(), w, dir, at), static_cast<size_t>(w.count),
+                                 /*every_batch=*/false);
+    }
+    return calls;
+  } catch (const ServeError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw ServeError(503, at + " failed: " + what.substr(0, what.find('\n')));
+  }
 }
 
 std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,

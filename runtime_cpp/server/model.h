@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,14 @@ class Model : public RunnableModel {
   double load_seconds() const override { return load_seconds_; }
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
                           const std::vector<RowSink>& sinks) const override;
+
+  // The calls a version makes before it is READY, so that no request pays for what a first call prepares
+  // (a CUDA graph's capture above all). `samples` unset: the package's first stored sample at every batch the
+  // package runs separately (each CUDA-graph bucket, each static graph) on every runner; else each entry
+  // `count` times on every runner, its inputs built from `dir` (input_data_file). Blocks until done; call
+  // before the model takes traffic. Returns the calls made. Throws ServeError(503) naming the entry and what
+  // was wrong (an unknown input, a type or dims the package does not take, a file of the wrong size).
+  size_t warm_up(const std::optional<std::vector<WarmupSample>>& samples, const std::string& dir) const;
 
  private:
   Model() = default;

@@ -29,6 +29,7 @@ struct Repository::Found {
   int64_t size = -1;
   std::string config_text;
   bool has_config = false;
+  std::string dir;  // where config.json is (or would be): model_warmup's input_data_file names lie there
 };
 
 namespace {
@@ -78,6 +79,7 @@ bool add_version(const Repository::Found& base, int64_t version, const std::stri
 void scan_model(const std::string& dir, const std::string& name, std::vector<Repository::Found>& out) {
   Repository::Found base;
   base.model = name;
+  base.dir = dir;
   struct stat st {};
   std::string cfg = dir + "/config.json";
   if (::stat(cfg.c_str(), &st) == 0) {
@@ -103,6 +105,7 @@ std::vector<Repository::Found> scan(const std::string& root, const std::string& 
   if (ends_with(root, ".pt2")) {  // the package itself
     Repository::Found base;
     base.model = model_name.empty() ? base_name(root).substr(0, base_name(root).size() - 4) : model_name;
+    base.dir = root.find('/') == std::string::npos ? "." : root.substr(0, root.find_last_of('/'));
     if (!add_version(base, 1, root, out)) out.push_back(base);
     return out;
   }
@@ -126,6 +129,7 @@ std::vector<Repository::Found> scan(const std::string& root, const std::string& 
     for (const std::string& n : packages) {
       Repository::Found base;
       base.model = packages.size() == 1 ? single : n.substr(0, n.size() - 4);
+      base.dir = root;
       add_version(base, 1, root + "/" + n, out);
       std::string cfg = root + "/config.json";
       if (packages.size() == 1 && ::stat(cfg.c_str(), &st) == 0) {
@@ -233,12 +237,15 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
       std::vector<Scheduler::Instance> instances;
       std::shared_ptr<const Model> model;
       std::string where;
+      size_t warm_calls = 0;  // before READY: no request pays for a first call (Model::warm_up)
       for (const Placement& p : place_instances(cfg, device, device == "cuda" ? visible_gpu_count() : 0)) {
         LoadOptions load;
         load.num_runners = p.count;
         load.device_index = p.device_index;
         load.cuda_graphs = defaults_.cuda_graphs;
-        model = Model::open(f.path, f.model, vstr, load);
+        auto opened = Model::open(f.path, f.model, vstr, load);
+        warm_calls += opened->warm_up(cfg.model_warmup, f.dir);
+        model = std::move(opened);
         for (size_t i = 0; i < p.count; ++i) instances.push_back({model, p.device});
         where += (where.empty() ? " on " : ", ") + p.device + " x" + std::to_string(p.count);
       }
@@ -250,7 +257,8 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
         for (int64_t b : model->info().graph_buckets) buckets += (buckets.empty() ? "" : ",") + std::to_string(b);
         where += buckets.empty() ? ", no CUDA graphs" : ", CUDA graphs at batch " + buckets;
       }
-      log_("loaded model '" + f.model + "' version " + vstr + " from " + f.path + where + " in " + secs + " s");
+      log_("loaded model '" + f.model + "' version " + vstr + " from " + f.path + where + " in " + secs + " s (" +
+           std::to_string(warm_calls) + " warm-up calls)");
     } catch (const std::exception& e) {
       reason = e.what();
       log_("failed to load model '" + f.model + "' version " + vstr + " from " + f.path + ": " + reason);

@@ -114,6 +114,21 @@ struct InstanceGroup {
   std::vector<int64_t> gpus;  // KIND_GPU: the GPUs; empty = every visible GPU
 };
 
+// One model_warmup entry of config.json (Triton's form): `count` calls of `batch_size` rows, each input zeros,
+// random values, or the raw bytes of a file beside config.json.
+struct WarmupSample {
+  struct Input {
+    std::string data_type;       // "TYPE_FP32", ... (triton_type_name)
+    std::vector<int64_t> dims;   // one row's dims (without the batch dim)
+    std::string source;          // "zero_data", "random_data" or "input_data_file"
+    std::string file;            // input_data_file: the file's name, beside config.json
+  };
+  std::string name;
+  int64_t batch_size = 1;
+  int64_t count = 1;
+  std::vector<std::pair<std::string, Input>> inputs;  // by input name, as given
+};
+
 // DIR/<model>/config.json, with defaults filled in from the manifest by the repository.
 struct ModelConfig {
   int64_t max_batch_size = -1;             // 0 turns dynamic batching off; -1 = default from the manifest
@@ -126,6 +141,9 @@ struct ModelConfig {
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
   std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index
   std::vector<InstanceGroup> instance_group;  // as configured; empty = num_runners instances on device_index
+  // Calls made before the version is READY (Model::warm_up). Unset: the package's first stored sample, at
+  // every CUDA-graph bucket on every runner (a few calls per runner on CPU); empty: none.
+  std::optional<std::vector<WarmupSample>> model_warmup;
 };
 
 // ---- inference ----

@@ -227,6 +227,35 @@ std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs,
 }
 
 
+size_t CudaExecutor::warm_up(const std::vector<at::Tensor>& sample, size_t calls, bool every_batch) {
+  std::vector<Runner*> held;
+  struct ReleaseAll {
+    CudaExecutor* self;
+    std::vector<Runner*>* held;
+    ~ReleaseAll() {
+      for (Runner* r : *held) self->release(*r);
+    }
+  } release_on_exit{this, &held};
+  for (size_t i = 0; i < runners_.size(); ++i) held.push_back(&acquire());  // every runner, each once
+  std::vector<int64_t> batches = every_batch && graphs_ && manifest_.batch ? buckets_ : std::vector<int64_t>{};
+  if (batches.empty()) batches.push_back(-1);  // the sample as it is
+  size_t made = 0;
+  c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_index_));
+  for (Runner* r : held) {
+    c10::cuda::CUDAStreamGuard stream_guard(r->stream);
+    for (int64_t b : batches) {
+      const std::vector<at::Tensor> inputs = b < 0 ? sample : aotc::rows_of(sample, b);
+      for (size_t i = 0; i < calls; ++i, ++made) {
+        if (graphs_)
+          run_graph(*r, inputs, {}, nullptr, std::chrono::steady_clock::now());
+        else
+          run_eager(*r, inputs, {}, nullptr);
+      }
+    }
+  }
+  return made;
+}
+
 std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vector<at::Tensor>& inputs,
                                                 const std::vector<bool>& wanted, std::vector<OutputSink>* sinks) {
   const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index_));

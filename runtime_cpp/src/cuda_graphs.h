@@ -70,6 +70,11 @@ class CudaExecutor {
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted = {},
                               std::vector<OutputSink>* sinks = nullptr);
 
+  // Runs `sample` (validated host inputs at any batch) `calls` times on every runner; with `every_batch` at
+  // every bucket (rows repeated or cut to it), so each graph is captured before a request needs it. Takes the
+  // runners as calls do: call it before the executor takes traffic. Returns the calls made; throws as run().
+  size_t warm_up(const std::vector<at::Tensor>& sample, size_t calls, bool every_batch);
+
   // Batch buckets graphs are captured for (the powers of two up to the maximum batch, and every static
   // graph's batch); empty when graphs are off or the shapes do not allow them (a dynamic dim other than the
   // shared batch dim). With graphs on and no batch dim, one graph is used.

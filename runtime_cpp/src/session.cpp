@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -87,6 +89,7 @@ void verify_hashes(Archive& archive, const Manifest& m, const std::string& shown
 struct Session::Impl {
   std::string path;
   Manifest manifest;
+  size_t num_runners = 1;
   c10::Device device = c10::kCPU;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   // The main graph's weights, by static graph: declared before the loaders that read them, so it outlives them
@@ -107,6 +110,7 @@ std::unique_ptr<Session> Session::open(const std::string& package_path, const Se
   }
   std::unique_ptr<Session> s(new Session);
   s->impl_->path = package_path;
+  s->impl_->num_runners = options.num_runners;
   std::error_code ec;
   if (!fs::is_regular_file(package_path, ec)) {
     throw Error(Error::Kind::NotFound, "package '" + package_path + "' does not exist or is not a file");
@@ -258,6 +262,47 @@ std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> Session
     samples.emplace_back(std::move(ins), std::move(outs));
   }
   return samples;
+}
+
+std::vector<at::Tensor> rows_of(const std::vector<at::Tensor>& inputs, int64_t batch) {
+  std::vector<at::Tensor> out;
+  out.reserve(inputs.size());
+  for (const auto& x : inputs) {
+    if (x.dim() == 0 || x.size(0) == 0)
+      throw Error(Error::Kind::InvalidInput, "rows_of: an input without rows cannot be made " +
+                                                 std::to_string(batch) + " rows");
+    out.push_back(x.size(0) == batch ? x.contiguous()
+                                     : x.index_select(0, at::arange(batch, x.options().dtype(at::kLong)) % x.size(0))
+                                           .contiguous());
+  }
+  return out;
+}
+
+size_t Session::warm_up(const std::vector<at::Tensor>& sample, size_t calls, bool every_batch) const {
+  validate_inputs(impl_->manifest, sample);
+#ifdef AOTC_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->warm_up(sample, calls, every_batch);
+#endif
+  std::vector<std::vector<at::Tensor>> batches{sample};
+  if (impl_->manifest.batch && every_batch)
+    for (const auto& [batch, graph] : impl_->manifest.static_graphs) batches.push_back(rows_of(sample, batch));
+  // As many calls at once as the session has runners, so each runner's first call is made here.
+  std::vector<std::thread> threads;
+  std::exception_ptr failed;
+  std::mutex failed_mu;
+  for (size_t r = 0; r < impl_->num_runners; ++r)
+    threads.emplace_back([&] {
+      try {
+        for (const auto& inputs : batches)
+          for (size_t i = 0; i < calls; ++i) run(inputs);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mu);
+        if (!failed) failed = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (failed) std::rethrow_exception(failed);
+  return impl_->num_runners * batches.size() * calls;
 }
 
 Manifest read_manifest(const std::string& package_path) {

@@ -152,6 +152,13 @@ class Session {
   // one is compiled for that batch (with CUDA graphs: for the bucket it pads to), else "model".
   std::string graph_for_batch(int64_t batch) const;
 
+  // Runs `sample` (inputs at any batch, e.g. a stored sample's) `calls` times on every runner before the
+  // session takes traffic, so no request pays for what a first call prepares: with `every_batch`, at each
+  // batch the package runs separately too (a CUDA package: every batch bucket, capturing each CUDA graph; a
+  // CPU package: each static graph's batch), rows repeated or cut to it (rows_of); else at the sample's own
+  // batch. Returns the calls made; throws as run() does.
+  size_t warm_up(const std::vector<at::Tensor>& sample, size_t calls, bool every_batch) const;
+
   // The stored samples: inputs and eager outputs, as CPU tensors.
   std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> load_samples() const;
 
@@ -164,6 +171,9 @@ class Session {
 // Checks whether a package could run here without loading its code. Returns std::nullopt when it can, else
 // the one-line reason. Used by Session::open and by `aotc inspect`-style tools.
 std::optional<std::string> why_cannot_run(const Manifest& manifest);
+
+// `inputs` with `batch` rows along dim 0: their rows taken in turn (repeated past the end), contiguous.
+std::vector<at::Tensor> rows_of(const std::vector<at::Tensor>& inputs, int64_t batch);
 
 // Reads the manifest from a package without loading its .so. Throws Error(PackageRefused/NotFound).
 Manifest read_manifest(const std::string& package_path);
