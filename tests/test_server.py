@@ -177,7 +177,7 @@ def test_log_requests_and_default_host(model_repository):
 
 @pytest.mark.parametrize("argv, message", [
     ([], "--model-repository"),
-    (["--model-repository", "/no/such/dir"], "not a directory"),
+    (["--model-repository", "/no/such/dir"], "is neither a directory nor a .pt2 package"),
     (["--model-repository", ".", "--http-port", "70000"], "--http-port"),
     (["--model-repository", ".", "--bogus"], "unknown option"),
 ])
