@@ -43,9 +43,9 @@ done
 curl -s "http://127.0.0.1:$PORT/v2/models/mlp"; echo
 
 echo "== parity over HTTP against eager PyTorch"
-$BIN/aotc check --url "127.0.0.1:$PORT" --model mlp models/mlp.py
-$BIN/aotc check --url "127.0.0.1:$PORT" --model embedding_bag models/embedding_bag.py
-$BIN/aotc check --url "127.0.0.1:$PORT" --model simple models/simple.py
+$BIN/aotc check --url "127.0.0.1:$PORT" models/mlp.py --name mlp
+$BIN/aotc check --url "127.0.0.1:$PORT" models/embedding_bag.py --name embedding_bag
+$BIN/aotc check --url "127.0.0.1:$PORT" models/simple.py --name simple
 
 echo "== a short load test (binary tensors, concurrency 1 and 8, 3 s each)"
 $BIN/aotc bench --url "127.0.0.1:$PORT" --model mlp --concurrency 1,8 --duration 3

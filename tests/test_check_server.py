@@ -41,7 +41,7 @@ def server(request, check_repository):
 
 
 def _check(url: str, model: str, model_file: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aotc.cli", "check", "--url", url, "--model", model, model_file,
+    return subprocess.run([sys.executable, "-m", "aotc.cli", "check", "--url", url, "--name", model, model_file,
                            *extra], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
@@ -53,8 +53,8 @@ def test_check_passes_on_the_exported_package(server):
     r = _check(server.url, "mlp", "models/mlp.py")
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"example: x\[64, 512\]", r.stdout)
-    for size in (1, 1024):  # the ends of the package's dynamic batch range
-        assert re.search(rf"fresh batch={size}: x\[{size}, 512\]", r.stdout), r.stdout
+    for which, size in (("min", 1), ("max", 1024)):  # the ends of the package's dynamic batch range
+        assert re.search(rf"fresh {which} \(batch={size}\): x\[{size}, 512\]", r.stdout), r.stdout
     assert len(_lines(r.stdout)) == 4 and all(v == "ok" for *_, v in _lines(r.stdout))
     assert "verdict: PASS" in r.stdout
 
@@ -96,4 +96,20 @@ def test_check_uses_make_inputs_for_jagged_models():
     with Server("python-eager", "models/embedding_bag.py", "--name", "recsys") as eager:
         r = _check(eager.url, "recsys", "models/embedding_bag.py", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "(make_inputs)" in r.stdout and "verdict: PASS" in r.stdout
+    assert "fresh max (batch=1024): dense[1024, 13]" in r.stdout and "verdict: PASS" in r.stdout
+    # the id counts follow from what make_inputs makes: never sized on their own
+    assert "not varied: n_item_ids, n_tag_ids, n_user_ids" in r.stdout
+
+
+def test_check_varies_every_dim_of_a_model_given_by_name():
+    """GPT-2 from config: inputs by name, a ModelOutput back, batch and sequence both varied (the fresh-input
+    generator the export uses); --name left out: the model file's name."""
+    with Server("python-eager", "models/gpt2.py", "--name", "gpt2") as eager:
+        r = subprocess.run([sys.executable, "-m", "aotc.cli", "check", "--url", eager.url, "models/gpt2.py"],
+                           cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for line in ("fresh min (batch=1, seq=4): input_ids[1, 4] attention_mask[1, 4]",
+                 "fresh seq max (batch=2, seq=128): input_ids[2, 128] attention_mask[2, 128]",
+                 "fresh batch max (batch=8, seq=16): input_ids[8, 16] attention_mask[8, 16]"):
+        assert line in r.stdout, r.stdout
+    assert "verdict: PASS (10 output comparisons within tolerance)" in r.stdout

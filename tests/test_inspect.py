@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -36,11 +37,25 @@ def _rewrite(src, dst, edit_manifest=None, edit_so=None):
 
 
 def test_inspect_prints_the_manifest_and_runs_here(pkg_mlp):
-    r = run_aotc("inspect", pkg_mlp)
+    r = run_aotc("inspect", pkg_mlp, "--json")
     assert r.returncode == 0, r.stderr
     text, _, verdict = r.stdout.rpartition("runs here:")
     assert json.loads(text) == read(str(pkg_mlp)).to_dict()
     assert verdict.strip().startswith("yes") and torch.__version__ in verdict
+
+
+def test_inspect_summarizes_by_default(pkg_mlp):
+    r = run_aotc("inspect", pkg_mlp)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) < 20 and not r.stdout.lstrip().startswith("{"), r.stdout
+    assert lines[0].startswith(f"package   {pkg_mlp}") and "model     mlp  device=cpu" in r.stdout
+    for line in ("input     x: float32[1..1024,512]", "output    output0: float32[1..1024,512]", "dims      batch 1..1024",
+                 "batch     1..1024", "fallback  none", "tolerance atol=0.0001 rtol=0.0001"):
+        assert line in lines, r.stdout
+    assert re.search(r"^samples   2 \(0\.\d+ MB of a 16 MB cap\): example inputs, fresh odd \(batch=37\)$", r.stdout,
+                     re.M), r.stdout
+    assert lines[-1].startswith("runs here: yes")
 
 
 def test_inspect_says_why_a_package_cannot_run(pkg_simple, tmp_path):

@@ -1,4 +1,5 @@
-"""`aotc inspect PKG.pt2`: a package's manifest and whether this machine can run it, and why not.
+"""`aotc inspect PKG.pt2`: a package's manifest for humans (or as JSON with --json), and whether this machine
+can run it, and why not.
 
 Reads the package with zipfile (aotc.manifest) and never loads its code. Stateless; safe from any thread.
 """
@@ -6,14 +7,27 @@ Reads the package with zipfile (aotc.manifest) and never loads its code. Statele
 from __future__ import annotations
 
 import json
+import os
 
 from aotc import manifest as manifest_mod
 
 
-def describe(path: str) -> str:
-    """The manifest as JSON, then one line: "runs here: yes (...)" or "runs here: no: <reason>"."""
+def describe(path: str, raw: bool = False) -> str:
+    """A summary of the manifest (report.manifest_lines: model, inputs, outputs, dims, batch, graphs, samples,
+    compile options, tolerance), or with `raw` the manifest as JSON; then one line: "runs here: yes (...)" or
+    "runs here: no: <reason>"."""
     m = manifest_mod.read(path)
-    lines = [json.dumps(m.to_dict(), indent=2)]
+    if raw:
+        lines = [json.dumps(m.to_dict(), indent=2)]
+    else:
+        from aotc import report
+
+        lines = [f"package   {path}  ({os.path.getsize(path) / 1e6:.1f} MB, {len(m.files_sha256)} compiled "
+                 f"file(s), aotc {m.aotc_version or '?'}, created {m.created or '?'})"]
+        lines += report.manifest_lines(m)
+        lines.append(report.samples_line(m))
+        lines.append(f"compile   {m.compile}")
+        lines.append(f"tolerance atol={m.tolerance.atol:g} rtol={m.tolerance.rtol:g}")
     try:
         reason = manifest_mod.why_cannot_run(m)
     except Exception as e:  # a broken CUDA setup should not hide the manifest

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         _command(name).add_parser(sub)
+    for name, p in sub.choices.items():  # main() takes --verbose anywhere; each command's --help says so
+        if name not in ("serve", "export") and p.add_help:
+            p.add_argument("--verbose", "-v", action="store_true", help="show tracebacks and library logs")
     return parser
 
 
