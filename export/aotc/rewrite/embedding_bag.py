@@ -123,7 +123,7 @@ def rewrite(ep, example_inputs: tuple, device: str, choice: str, measure: bool =
     lowering, t0 = choice, time.perf_counter()
     if choice == "auto" and nodes and not measure:
         lowering = heuristic(device)
-        report["note"] = "not measured (--quick): the heuristic choice"
+        report["note"] = "not measured: --quick takes the heuristic choice"
     elif choice == "auto" and nodes:
         from aotc.rewrite import eb_measure
 
