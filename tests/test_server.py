@@ -55,6 +55,24 @@ def test_api_key_guards_everything_but_health(model_repository):
         assert status == 200 and r["outputs"][0]["data"] == (a + b).ravel().tolist()
 
 
+def test_unknown_models_and_versions_in_tritons_words(tmp_path, pkg_simple):
+    """Triton's examples string-match these: "Request for unknown model: 'X' is not found", and its version
+    forms; a version that failed to load says so after Triton's words."""
+    (tmp_path / "broken.pt2").write_bytes(b"not a package")
+    repo = make_repository(tmp_path / "repo", {"simple": pkg_simple, "broken": {1: tmp_path / "broken.pt2"}})
+    with Server("cpp", repo, "--no-strict-readiness") as s:
+        for path, status, words in (
+                ("/v2/models/nope", 404, "Request for unknown model: 'nope' is not found"),
+                ("/v2/models/simple/versions/7", 404, "Request for unknown model: 'simple' version 7 is not found"),
+                ("/v2/models/broken", 503, "Request for unknown model: 'broken' has no available versions ("),
+                ("/v2/models/broken/versions/1", 503,
+                 "Request for unknown model: 'broken' version 1 is not at ready state (")):
+            got, body = s.json("GET", path)
+            assert got == status and body["error"].startswith(words), (path, body)
+            got, body = s.json("POST", path + "/infer", {"inputs": []})
+            assert got == status and body["error"].startswith(words), (path, body)
+
+
 def test_body_limit_and_inflation_limit(model_repository):
     with Server("cpp", model_repository, "--max-body-bytes", "65536") as s:
         big = json.dumps({"inputs": [{"name": "x", "shape": [40, 512], "datatype": "FP32",

@@ -225,6 +225,38 @@ def test_load_and_unload_through_the_api(model_repository):
         assert status == 404 and r["error"]
 
 
+def test_load_with_a_config_is_validated_then_applied(model_repository):
+    """tritonclient's load_model(config=...): junk and unknown keys get 400 and change nothing; a valid config
+    is what the model then runs with, until a load without one brings config.json back."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    with Server("cpp", model_repository) as s:
+        c = httpclient.InferenceServerClient(f"127.0.0.1:{s.port}", network_timeout=120)
+        path = "/v2/repository/models/simple/load"
+        for body, message in (
+                ({"parameters": {"config": "{not json"}}, "load parameter 'config' is not valid JSON"),
+                ({"parameters": {"config": json.dumps({"max_batch_sise": 4})}}, "unknown key 'max_batch_sise'"),
+                ({"parameters": {"config": json.dumps({"max_batch_size": -1})}}, "'max_batch_size' must be"),
+                ({"parameters": {"config": {"max_batch_size": 4}}}, "'config' must be a string"),
+                ({"parameters": {"conf": "{}"}}, "unknown load parameter 'conf'"),
+                ({"parameters": {"file:1/model.pt2": "AAAA"}}, "model files in the request are not supported"),
+                ({"parameters": 5}, "'parameters' must be a JSON object")):
+            status, r = s.json("POST", path, body)
+            assert status == 400 and message in r["error"], (body, r)
+        with pytest.raises(InferenceServerException, match="unknown key 'nope'"):
+            c.load_model("simple", config=json.dumps({"nope": 1}))
+        assert c.get_model_config("simple")["max_batch_size"] == 64 and c.is_model_ready("simple")
+        c.load_model("simple", config=json.dumps({"max_batch_size": 4, "max_queue_delay_us": 50}))
+        cfg = c.get_model_config("simple")
+        assert cfg["max_batch_size"] == 4 and cfg["dynamic_batching"]["max_queue_delay_microseconds"] == 50
+        body = simple_request(np.ones((1, 16), np.int32), np.ones((1, 16), np.int32))
+        assert s.json("POST", "/v2/models/simple/infer", body)[0] == 200
+        c.load_model("simple")
+        assert c.get_model_config("simple")["max_batch_size"] == 64
+        c.close()
+
+
 def test_metrics_after_a_known_sequence(tmp_path, pkg_simple):
     repo = make_repository(tmp_path / "repo", {"simple": pkg_simple}, {"simple": {"max_batch_size": 0}})
     with Server("cpp", repo) as s:
@@ -251,10 +283,16 @@ def test_metrics_after_a_known_sequence(tmp_path, pkg_simple):
                      "nv_inference_compute_output_duration_us"):
             assert metric(text, name, "simple", **v) >= 0
         assert metric(text, "nv_model_load_duration_secs", "simple", **v) > 0
+        cpu = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+               if line.startswith("nv_cpu_")}
+        assert 0 <= cpu["nv_cpu_utilization"] <= 1, cpu
+        assert 0 < cpu["nv_cpu_memory_used_bytes"] < cpu["nv_cpu_memory_total_bytes"], cpu
+        assert "# TYPE nv_cpu_utilization gauge" in text and "# TYPE nv_cpu_memory_used_bytes gauge" in text
         assert "# TYPE nv_inference_request_success counter" in text
         status, headers, data = s.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
         # Like Triton, only inference responses are compressed (http.cpp): /metrics comes back as plain text.
-        assert "content-encoding" not in headers and data.decode() == text
+        same = lambda t: [line for line in t.splitlines() if not line.startswith("nv_cpu_")]  # noqa: E731
+        assert "content-encoding" not in headers and same(data.decode()) == same(text)
         _, st = s.json("GET", "/v2/models/simple/versions/1/stats")
         m = st["model_stats"][0]
         assert m["inference_stats"]["success"]["count"] == 5 and m["inference_stats"]["fail"]["count"] == 3

@@ -139,7 +139,7 @@ def test_headers_over_64_kib_get_431_exactly(srv):
 def test_a_nul_in_a_model_name_is_kept_in_the_error(srv):
     """%00 cut the error text short at the NUL; the message now keeps every byte, escaped in the JSON."""
     status, _, body = srv.request("GET", "/v2/models/ab%00cd")
-    assert status == 404 and json.loads(body)["error"] == "unknown model 'ab\x00cd'", body
+    assert status == 404 and json.loads(body)["error"] == "Request for unknown model: 'ab\x00cd' is not found", body
     assert b"\\u0000" in body
 
 

@@ -279,9 +279,7 @@ def encode_response(model: str, version: str, request: InferRequest, results: di
                                    f"shared_memory_byte_size gives it {ref[2]} in region '{ref[0]}'")
             if regions is None:
                 raise RequestError("this server has no shared memory regions", 403)
-            regions.write(ref, data, f"output '{name}'")
-            entry["parameters"] = {"shared_memory_region": ref[0], "shared_memory_byte_size": len(data),
-                                   **({"shared_memory_offset": ref[1]} if ref[1] else {})}
+            regions.write(ref, data, f"output '{name}'")  # answered with name, datatype and shape only (Triton)
         elif binary or datatype in ("FP16", "BF16"):
             blob = array.astype(dtypes.numpy_dtype(datatype), copy=False).tobytes()
             entry["parameters"] = {"binary_data_size": len(blob)}

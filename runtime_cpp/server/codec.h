@@ -7,6 +7,7 @@
 // functions: thread-safe, no state.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,8 +35,15 @@ SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view 
 std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions);
 
 // ---- the admin answers (codec_admin.cpp) ----
-// DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field.
-ModelConfig parse_model_config(const std::string& text);
+// DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field. `strict` (a config
+// given in a load request) also refuses keys that config.json does not take.
+ModelConfig parse_model_config(const std::string& text, bool strict = false);
+// The body of POST /v2/repository/models/{m}/load: {"parameters": {"config": "<JSON text>"}} -> that text
+// (nullopt: none; an empty body is none). Throws ServeError(400) for anything else (check_load_parameter).
+std::optional<std::string> parse_load_request(std::string_view body);
+// One parameter of a load request, by name and whether its value is a string: 400 unless it is "config"
+// with a string (model files, "file:...", are not taken). Both transports check with it.
+void check_load_parameter(const std::string& key, bool is_string);
 
 std::string write_error(const std::string& message);
 std::string write_flag(const char* key, bool value);                        // {"live": true}

@@ -1,6 +1,8 @@
 // The admin half of the wire codec (codec.h): config.json parsing and the answers about the server and its
 // models (errors and flags, metadata, model config, statistics, the repository index). RapidJSON is used here
 // and in codec_infer.cpp only. Pure functions; thread-safe.
+#include <algorithm>
+
 #include "codec.h"
 #include "codec_json.h"
 
@@ -20,9 +22,22 @@ std::string json_text(const Value& v) {
 
 }  // namespace
 
-ModelConfig parse_model_config(const std::string& text) {
+ModelConfig parse_model_config(const std::string& text, bool strict) {
   rapidjson::Document doc;
   parse_document(doc, text, "config.json");
+  if (strict) {
+    static const char* const kKeys[] = {"max_batch_size", "max_queue_delay_us", "preferred_batch_sizes",
+                                        "run_inline_when_idle", "num_runners", "max_queue_size", "device_index",
+                                        "instance_group", "model_warmup", "name"};
+    for (const auto& m : doc.GetObject()) {
+      std::string key = str(m.name);
+      if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+        std::string known;
+        for (const char* k : kKeys) known += (known.empty() ? "" : ", ") + std::string(k);
+        throw bad_request("config.json: unknown key '" + key + "'; aotc-server's config takes " + known);
+      }
+    }
+  }
   ModelConfig c;
   auto get_int = [&](const char* key, int64_t& field, int64_t min) {
     const Value* v = member(doc, key);
@@ -95,6 +110,32 @@ ModelConfig parse_model_config(const std::string& text) {
   }
   if (const Value* v = member(doc, "model_warmup")) c.model_warmup = parse_model_warmup(*v);
   return c;
+}
+
+std::optional<std::string> parse_load_request(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::nullopt;  // curl -X POST
+  rapidjson::Document doc;
+  parse_document(doc, body, "the load request");
+  const Value* params = member(doc, "parameters");
+  if (!params) return std::nullopt;
+  if (!params->IsObject()) throw bad_request("the load request's 'parameters' must be a JSON object");
+  std::optional<std::string> config;
+  for (const auto& m : params->GetObject()) {
+    std::string key = str(m.name);
+    check_load_parameter(key, m.value.IsString());
+    config = str(m.value);
+  }
+  return config;
+}
+
+void check_load_parameter(const std::string& key, bool is_string) {
+  if (key.rfind("file:", 0) == 0)
+    throw bad_request("load parameter '" + key + "': model files in the request are not supported; put the "
+                      "package in the repository as <model>/<version>/model.pt2");
+  if (key != "config")
+    throw bad_request("unknown load parameter '" + key + "'; aotc-server takes 'config' (the model's config "
+                      "as JSON text)");
+  if (!is_string) throw bad_request("load parameter 'config' must be a string: the model's config as JSON text");
 }
 
 namespace {

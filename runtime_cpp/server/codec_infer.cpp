@@ -304,13 +304,13 @@ std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_len
     w.Key("name"); write_text(w, o.tensor.name);
     w.Key("datatype"); w.String(wire_type_name(o.tensor.type));
     w.Key("shape"); write_shape(w, o.tensor.shape);
+    // An output written to shared memory is answered with its name, datatype and shape only, as Triton does:
+    // Triton's C++ client requires binary_data_size whenever an output carries parameters.
     if (o.shm) {
-      w.Key("parameters"); w.StartObject();
-      w.Key("shared_memory_region"); write_text(w, o.shm->region);
-      w.Key("shared_memory_byte_size"); w.Uint64(o.tensor.bytes.size());
-      if (o.shm->offset) { w.Key("shared_memory_offset"); w.Uint64(o.shm->offset); }
       w.EndObject();
-    } else if (o.binary) {
+      continue;
+    }
+    if (o.binary) {
       any_binary = true;
       w.Key("parameters"); w.StartObject();
       w.Key("binary_data_size"); w.Uint64(o.tensor.bytes.size());

@@ -34,6 +34,10 @@ struct Repository::Found {
 
 namespace {
 
+// Triton's words for a model the repository does not have, which clients string-match.
+std::string unknown_model(const std::string& name) { return "Request for unknown model: '" + name + "' is not found"; }
+
+
 bool all_digits(const std::string& s) {
   return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -173,17 +177,37 @@ Repository::~Repository() {
 void Repository::load_all() { sync(scan(root_, defaults_.model_name), "", false); }
 void Repository::poll() { sync(scan(root_, defaults_.model_name), "", false); }
 
-void Repository::load_model(const std::string& name) {
+void Repository::load_model(const std::string& name, const std::optional<std::string>& config) {
+  if (config) {
+    try {
+      codec::parse_model_config(*config, true);
+    } catch (const ServeError& e) {
+      std::string why = e.message();
+      if (why.rfind("config.json", 0) == 0) why = why.substr(11);
+      throw bad_request("load parameter 'config'" + why);
+    }
+  }
   auto found = scan(root_, defaults_.model_name);
   if (std::none_of(found.begin(), found.end(), [&](const Found& f) { return f.model == name; }))
     throw not_found("no model directory '" + name + "' in the repository " + root_);
-  sync(found, name, true);
-  if (ready_versions(name).empty()) {
+  std::optional<std::string> before;
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    const Entry& e = models_[name];
-    std::string reason = e.reason;
-    for (const auto& [v, ver] : e.versions)
-      if (!ver.reason.empty()) reason = "version " + std::to_string(v) + ": " + ver.reason;
+    Entry& e = models_[name];
+    before = e.config_override;
+    e.config_override = config;
+  }
+  sync(found, name, true);
+  const bool none_ready = ready_versions(name).empty();
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = models_[name];
+  std::string reason = e.reason;
+  for (const auto& [v, ver] : e.versions)
+    if (!ver.reason.empty()) reason = "version " + std::to_string(v) + ": " + ver.reason;
+  // A config that a version does not load with is refused: that version keeps what served before (or
+  // nothing), and the poller goes back to the config it had.
+  if (none_ready || (config && !reason.empty())) {
+    if (config) e.config_override = before;
     throw bad_request("failed to load model '" + name + "': " + reason);
   }
 }
@@ -193,7 +217,7 @@ void Repository::unload_model(const std::string& name) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = models_.find(name);
-    if (it == models_.end()) throw not_found("unknown model '" + name + "'");
+    if (it == models_.end()) throw not_found(unknown_model(name));
     it->second.unloaded = true;
     for (auto& [v, ver] : it->second.versions) {
       if (ver.scheduler) released.push_back(std::move(ver.scheduler));
@@ -207,7 +231,7 @@ void Repository::unload_model(const std::string& name) {
 void Repository::sync(const std::vector<Found>& found, const std::string& only, bool force) {
   std::lock_guard<std::mutex> load_lock(load_mu_);
   std::vector<std::shared_ptr<Scheduler>> released;  // destroyed after mu_ is let go
-  for (const Found& f : found) {
+  for (Found f : found) {
     if (!only.empty() && f.model != only) continue;
     Version current;
     {
@@ -215,6 +239,10 @@ void Repository::sync(const std::vector<Found>& found, const std::string& only, 
       Entry& e = models_[f.model];
       if (force) e.unloaded = false;
       if (e.unloaded) continue;
+      if (e.config_override) {  // a load request's config stands in for config.json until the next load
+        f.config_text = *e.config_override;
+        f.has_config = true;
+      }
       if (f.version < 0) {
         e.reason = "no version directory with a model.pt2 (expected " + f.model + "/<n>/model.pt2)";
         continue;
@@ -318,18 +346,20 @@ std::string why_not_ready(const Entry& e) {
 std::shared_ptr<Scheduler> Repository::get(const std::string& name, const std::string& version) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
-  if (it == models_.end()) throw not_found("unknown model '" + name + "'");
+  if (it == models_.end()) throw not_found(unknown_model(name));
   const Entry& e = it->second;
+  // Triton's wording, which clients string-match ("Request for unknown model: ..."); the reason after it.
+  const std::string prefix = "Request for unknown model: '" + name + "'";
   if (version.empty()) {
     for (auto v = e.versions.rbegin(); v != e.versions.rend(); ++v)
       if (v->second.scheduler) return v->second.scheduler;
     std::string reason = why_not_ready(e);
-    throw unavailable("model '" + name + "' has no ready version" + (reason.empty() ? "" : " (" + reason + ")"));
+    throw unavailable(prefix + " has no available versions" + (reason.empty() ? "" : " (" + reason + ")"));
   }
   auto v = all_digits(version) ? e.versions.find(std::stoll(version)) : e.versions.end();
-  if (v == e.versions.end()) throw not_found("model '" + name + "' has no version '" + version + "'");
+  if (v == e.versions.end()) throw not_found(prefix + " version " + version + " is not found");
   if (!v->second.scheduler)
-    throw unavailable("model '" + name + "' version " + version + " is not ready: " + v->second.reason);
+    throw unavailable(prefix + " version " + version + " is not at ready state (" + v->second.reason + ")");
   return v->second.scheduler;
 }
 
@@ -368,7 +398,7 @@ std::vector<std::shared_ptr<Scheduler>> Repository::schedulers(const std::string
                                                                const std::string& version) const {
   if (!version.empty()) return {get(name, version)};
   std::lock_guard<std::mutex> lock(mu_);
-  if (!name.empty() && !models_.count(name)) throw not_found("unknown model '" + name + "'");
+  if (!name.empty() && !models_.count(name)) throw not_found(unknown_model(name));
   std::vector<std::shared_ptr<Scheduler>> out;
   for (const auto& [n, e] : models_)
     if (name.empty() || n == name)

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,10 @@ class Repository {
 
   void load_all();                               // the initial scan
   void poll();                                   // load new or changed versions, unload removed ones
-  void load_model(const std::string& name);      // throws 404 (no such directory) or 400 (nothing loaded)
+  // Loads (or reloads) `name`; `config` (a load request's, JSON text) stands in for its config.json until
+  // the next load_model. Throws 404 (no such directory) or 400 (a bad config, or a version that did not load;
+  // a bad config changes nothing).
+  void load_model(const std::string& name, const std::optional<std::string>& config = std::nullopt);
   void unload_model(const std::string& name);    // throws 404 for an unknown model
 
   // The scheduler serving `version` ("" = the highest READY version). Throws 404 unknown, 503 not ready.
@@ -66,6 +70,7 @@ class Repository {
     std::map<int64_t, Version> versions;
     std::string reason;  // why the model as a whole has nothing to serve (no versions, bad config.json)
     bool unloaded = false;
+    std::optional<std::string> config_override;  // a load request's config, in place of config.json
   };
   void sync(const std::vector<Found>& found, const std::string& only, bool force);
 

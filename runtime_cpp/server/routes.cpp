@@ -196,7 +196,7 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
   add("POST", "/v2/repository/index",
       [json](Routes& s, Call&, Reply& r) { json(r, codec::write_repository_index(s.repo_.index())); });
   add("POST", "/v2/repository/models/{model}/load", [json](Routes& s, Call& c, Reply& r) {
-    s.repo_.load_model(c.model);
+    s.repo_.load_model(c.model, codec::parse_load_request(c.body));
     json(r, "{}");
   });
   add("POST", "/v2/repository/models/{model}/unload", [json](Routes& s, Call& c, Reply& r) {

@@ -1,9 +1,12 @@
 // The protocol core (service.h). Validation happens here, once, before anything is queued: the scheduler
-// and the model only ever see inputs that match the manifest. Thread-safe: no state.
+// and the model only ever see inputs that match the manifest. Thread-safe: no state but the previous CPU
+// sample of /metrics' utilization, under its own lock.
 #include "service.h"
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -58,6 +61,47 @@ std::vector<Tensor> validate(const ModelInfo& info, std::vector<Tensor>& given) 
         throw bad_request("inputs '" + ordered[0].name + "' and '" + t.name + "' disagree on the batch dim (" +
                           std::to_string(ordered[0].shape[0]) + " vs " + std::to_string(t.shape[0]) + ")");
   return ordered;
+}
+
+// Triton's CPU families from /proc: utilization over the time since the previous scrape (since boot at the
+// first), memory as MemTotal and MemTotal - MemAvailable. Nothing when /proc cannot be read.
+void cpu_metrics(std::ostringstream& out) {
+  static std::mutex mu;
+  static uint64_t last_busy = 0, last_total = 0;
+  static double utilization = 0;  // kept when scrapes come faster than the clock ticks
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  uint64_t v[8] = {};  // user nice system idle iowait irq softirq steal
+  if (stat >> cpu && cpu == "cpu") {
+    for (uint64_t& x : v) stat >> x;
+    const uint64_t total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7], busy = total - v[3] - v[4];
+    double now = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (total > last_total) {
+        utilization = std::min(1.0, double(busy - std::min(busy, last_busy)) / double(total - last_total));
+        last_busy = busy;
+        last_total = total;
+      }
+      now = utilization;
+    }
+    out << "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]\n# TYPE nv_cpu_utilization gauge\n"
+        << "nv_cpu_utilization " << now << "\n";
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0, total_kb = 0, available_kb = 0;
+  std::string unit;
+  while (meminfo >> key >> kb && std::getline(meminfo, unit)) {
+    if (key == "MemTotal:") total_kb = kb;
+    else if (key == "MemAvailable:") available_kb = kb;
+  }
+  if (total_kb == 0) return;
+  out << "# HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes\n"
+         "# TYPE nv_cpu_memory_total_bytes gauge\nnv_cpu_memory_total_bytes " << total_kb * 1024 << "\n"
+         "# HELP nv_cpu_memory_used_bytes CPU used memory (RAM), in bytes\n"
+         "# TYPE nv_cpu_memory_used_bytes gauge\nnv_cpu_memory_used_bytes "
+      << (total_kb - std::min(total_kb, available_kb)) * 1024 << "\n";
 }
 
 }  // namespace
@@ -209,6 +253,7 @@ std::string metrics_text(const Repository& repo) {
                [](const InstanceStats& i) { return i.execution_count; });
   per_instance("aotc_instance_inference_count", "Number of inferences performed by one instance",
                [](const InstanceStats& i) { return i.inference_count; });
+  cpu_metrics(out);
   return out.str();
 }
 

@@ -24,7 +24,7 @@ InferResponse infer(Scheduler& scheduler, InferRequest request, const SharedMemo
 // dynamic dim (if any) is inferred from the byte count. Fills everything but `model`/`version`.
 InferRequest raw_request(const ModelInfo& info, std::string body);
 
-// /metrics: Triton's metric names with labels model and version.
+// /metrics: Triton's metric names with labels model and version, and its nv_cpu_* families.
 std::string metrics_text(const Repository& repo);
 
 }  // namespace aotc::server::service
