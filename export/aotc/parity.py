@@ -88,6 +88,37 @@ def trivial_outputs(cases: list[dict], output_names: list[str], tol) -> dict[str
     return out
 
 
+def samples_within(mf, model, cases: list[dict], specs_in, dims: dict, max_mb: float | None, device: str,
+                   dtype: str):
+    """(manifest samples, their files, the manifest's samples_cap) within `max_mb` (aotc export --samples; None:
+    no cap): the example (made smaller when it alone exceeds the cap, shrink_sample), the static graphs' cases,
+    then the fresh odd case, each while the total fits."""
+    from aotc import package
+
+    cap = None if max_mb is None else int(max_mb * 1e6)
+    replaced = []
+    if cap is not None and package.case_bytes(cases[0]) > cap:
+        smaller = shrink_sample(mf, model, cases[0], specs_in, dims, device, dtype, cap)
+        if smaller is not None:
+            cases[0]["sample"] = False
+            replaced.append(cases[0])
+            cases.insert(1, smaller)
+    kept, left = package.pick_samples(cases, cap)
+    left = replaced + left
+    entries, files = package.sample_files([c["inputs_outputs"] for c in kept], [c["label"] for c in kept])
+    return entries, files, {"max_bytes": cap, "bytes": sum(e.bytes for e in entries),
+                            "left_out": [{"case": c["label"], "bytes": package.case_bytes(c)} for c in left]}
+
+
+def inconclusive_message(trivial: dict, n_cases: int, tol) -> str:
+    """The one line an export stops with when trivial_outputs found outputs that test nothing."""
+    name, why = next(iter(trivial.items()))
+    more = f" (and {', '.join(repr(n) for n in list(trivial)[1:])})" if len(trivial) > 1 else ""
+    return (f"parity is INCONCLUSIVE: output '{name}'{more} {why} in all {n_cases} cases, so a package answering "
+            f"zeros (or that constant) would pass at atol={tol.atol:g} rtol={tol.rtol:g}; give the model weights "
+            f"or inputs whose outputs are not trivial (calibrate it), or pass --allow-trivial-outputs")
+
+
 def _caster(device: str, dtype: str):
     import torch
 

@@ -142,7 +142,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         ep, rewrites = _rewrite(ep, inputs, opts)
         graph = report.graph_report(ep, mf.args_kwargs(inputs), decompose=not opts.quick)
         if graph["python_ops"] and not opts.allow_python_ops:
-            raise ExportError(_python_ops_message(graph["python_ops"]))
+            raise ExportError(report.python_ops_message(graph["python_ops"]))
         specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
         specs_in, dims = package.name_dims(ep, mf, specs_in, batch is not None)
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
@@ -153,7 +153,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                                             quick=opts.quick)
         trivial = parity.trivial_outputs(cases, output_names, tol)
         if trivial and not opts.allow_trivial_outputs:
-            raise InconclusiveError(_trivial_message(trivial, len(cases), tol))
+            raise InconclusiveError(parity.inconclusive_message(trivial, len(cases), tol))
         note["text"] = f"{len(cases)} cases" + (f"; not varied: {', '.join(unvaried)}" if unvaried else "")
     static = _static_plan(opts, batch)
     prog.total = STAGES + 2 * len(static)
@@ -171,7 +171,8 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                 static[i] = g = dataclasses.replace(g, weights="model")
             cases.append(parity.static_case(g, inputs_s, ref_s))
 
-    sample_entries, sample_bytes, samples_cap = _samples(mf, model, cases, specs_in, dims, opts)
+    sample_entries, sample_bytes, samples_cap = parity.samples_within(mf, model, cases, specs_in, dims, opts.samples,
+                                                                       opts.device, opts.dtype)
     compile_options = {"dtype": opts.dtype, "max_autotune": opts.max_autotune,
                        "freezing": bool(inductor.get("freezing")), "strict": opts.strict, "inductor": inductor,
                        # the attention kernel, where the model has attention for it to choose
@@ -199,8 +200,8 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                                                   {**configs, **without_weights})
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
-            if report.python_ops_in_wrapper(_wrapper_sources(compiled)) and not opts.allow_python_ops:
-                raise ExportError(_python_ops_message(graph["python_ops"] + graph["aten_without_c_shim"]
+            if report.python_ops_in_wrapper(report.wrapper_sources(compiled)) and not opts.allow_python_ops:
+                raise ExportError(report.python_ops_message(graph["python_ops"] + graph["aten_without_c_shim"]
                                                      or ["an op without a C shim"]))
             manifest = package.finalize(compiled, out, manifest, sample_bytes, static_compiled)
             size = os.path.getsize(out)
@@ -211,33 +212,6 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         note["text"] = f"{sum(r['ok'] for r in results)}/{len(results)} cases within tolerance"
     return {"path": out, "manifest": manifest, "graph": graph, "compile_s": compile_s, "size_bytes": size,
             "parity": results, "unvaried": unvaried, "trivial": trivial, "quick": opts.quick}
-
-
-def _samples(mf, model, cases: list[dict], specs_in, dims: dict, opts):
-    """(manifest samples, their files, the manifest's samples_cap) within --samples: the example (made smaller
-    when it alone exceeds the cap, parity.shrink_sample), the static graphs' cases, then the fresh odd case,
-    each while the total fits."""
-    cap = None if opts.samples is None else int(opts.samples * 1e6)
-    replaced = []
-    if cap is not None and package.case_bytes(cases[0]) > cap:
-        smaller = parity.shrink_sample(mf, model, cases[0], specs_in, dims, opts.device, opts.dtype, cap)
-        if smaller is not None:
-            cases[0]["sample"] = False
-            replaced.append(cases[0])
-            cases.insert(1, smaller)
-    kept, left = package.pick_samples(cases, cap)
-    left = replaced + left
-    entries, files = package.sample_files([c["inputs_outputs"] for c in kept], [c["label"] for c in kept])
-    return entries, files, {"max_bytes": cap, "bytes": sum(e.bytes for e in entries),
-                            "left_out": [{"case": c["label"], "bytes": package.case_bytes(c)} for c in left]}
-
-
-def _trivial_message(trivial: dict, n_cases: int, tol) -> str:
-    name, why = next(iter(trivial.items()))
-    more = f" (and {', '.join(repr(n) for n in list(trivial)[1:])})" if len(trivial) > 1 else ""
-    return (f"parity is INCONCLUSIVE: output '{name}'{more} {why} in all {n_cases} cases, so a package answering "
-            f"zeros (or that constant) would pass at atol={tol.atol:g} rtol={tol.rtol:g}; give the model weights "
-            f"or inputs whose outputs are not trivial (calibrate it), or pass --allow-trivial-outputs")
 
 
 def graph_buckets(lo: int, hi: int) -> list[int]:
@@ -325,19 +299,6 @@ def _rewrite(ep, inputs, opts):
     from aotc.rewrite import run_rewrites
 
     return run_rewrites(ep, inputs, opts.device, {"embedding_bag": opts.embedding_bag, "measure": not opts.quick})
-
-
-def _python_ops_message(ops: list[str]) -> str:
-    return (f"the graph has ops with no C shim that would call back into Python at run time "
-            f"({', '.join(ops)}); replace them, or pass --allow-python-ops (the package then cannot run "
-            f"in aotc-server)")
-
-
-def _wrapper_sources(path: str) -> list[str]:
-    import zipfile
-
-    with zipfile.ZipFile(path) as zf:
-        return [zf.read(n).decode(errors="replace") for n in zf.namelist() if n.endswith(".wrapper.cpp")]
 
 
 def parse_dynamic_batch(text: str | None) -> tuple[int, int] | None:

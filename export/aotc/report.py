@@ -119,6 +119,20 @@ def python_ops_in_wrapper(wrapper_sources: list[str]) -> bool:
     return any("aoti_torch_proxy_executor_call_function(" in src for src in wrapper_sources)
 
 
+def wrapper_sources(path: str) -> list[str]:
+    """The generated wrapper code (*.wrapper.cpp) of a compiled package."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        return [zf.read(n).decode(errors="replace") for n in zf.namelist() if n.endswith(".wrapper.cpp")]
+
+
+def python_ops_message(ops: list[str]) -> str:
+    return (f"the graph has ops with no C shim that would call back into Python at run time "
+            f"({', '.join(ops)}); replace them, or pass --allow-python-ops (the package then cannot run "
+            f"in aotc-server)")
+
+
 class Progress:
     """Prints `[i/n] stage ... done (1.2 s)` lines (`[i]` while the total is None: not known yet); quiet=True
     prints nothing."""
@@ -197,8 +211,10 @@ def samples_line(m) -> str:
     cap = m.samples_cap or {}
     total = cap.get("bytes", sum(s.bytes for s in m.samples))
     limit = cap.get("max_bytes")
-    text = (f"samples   {len(m.samples)} ({total / 1e6:.2f} MB"
-            + (f" of a {limit / 1e6:g} MB cap" if limit is not None and cap else (", no cap" if cap else "")) + ")")
+    text = f"samples   {len(m.samples)}"
+    if cap or total:  # a package of an older aotc records neither
+        text += (f" ({total / 1e6:.2f} MB" + (f" of a {limit / 1e6:g} MB cap" if limit is not None and cap
+                                              else (", no cap" if cap else "")) + ")")
     if any(s.case for s in m.samples):
         text += ": " + ", ".join(s.case for s in m.samples)
     if cap.get("left_out"):
