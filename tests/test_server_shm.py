@@ -3,10 +3,12 @@ tritonclient's own helpers (tritonclient.utils.shared_memory, tritonclient.http)
 outputs written into them, checked against the packages' eager samples; regions mixed with binary tensors in one
 request; the status and unregister endpoints; and the refusals: the extension off (403), an unknown region, a
 range past a region's end, a byte size that does not match the shape, an output larger than its region, a
-registration of a missing object. After each refusal the server keeps serving."""
+registration of a missing object; aotc-server's CUDA shared memory routes as Triton's CPU build answers them.
+After each refusal the server keeps serving."""
 
 from __future__ import annotations
 
+import base64
 import os
 import uuid
 
@@ -182,6 +184,27 @@ def test_refusals_name_the_fault_and_the_server_keeps_serving(client, region, pk
     assert [r["name"] for r in client.get_system_shared_memory_status()] == ["small"]  # none of them registered
 
 
+def test_cuda_shared_memory_answers_as_tritons_cpu_build(client, srv):
+    """Triton's examples and perf_analyzer call unregister_cuda_shared_memory() first: without a GPU the routes
+    answer as Triton's CPU build (status [], unregister 200, register 400 saying why)."""
+    from tritonclient.utils import InferenceServerException
+
+    if srv.kind != "cpp":
+        pytest.skip("the FastAPI baseline has no CUDA shared memory routes")
+    if "cuda_shared_memory" in client.get_server_metadata()["extensions"]:
+        pytest.skip("this server has a GPU (tests/test_server_cuda.py covers CUDA shared memory there)")
+    assert client.get_cuda_shared_memory_status() == []
+    client.unregister_cuda_shared_memory()
+    client.unregister_cuda_shared_memory("never_registered")
+    with pytest.raises(InferenceServerException, match="failed to register CUDA shared memory region: 'gpu0', "
+                                                       "GPUs not supported"):
+        client.register_cuda_shared_memory("gpu0", base64.b64encode(bytes(64)), 0, 1024)
+    with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory region: 'gpu0'"):
+        client.get_cuda_shared_memory_status("gpu0")
+    status, body = srv.json("POST", "/v2/cudasharedmemory/region/gpu0/register", {"device_id": 0, "byte_size": 8})
+    assert status == 400 and "raw_handle" in body["error"], body
+
+
 @pytest.mark.parametrize("kind", ["cpp", "python"])
 def test_off_without_the_flag(kind, model_repository, pkg_mlp):
     x, _ = mlp_rows(pkg_mlp, 1)
@@ -195,6 +218,10 @@ def test_off_without_the_flag(kind, model_repository, pkg_mlp):
         assert status == 403 and "--allow-shared-memory" in body["error"]
         status, meta = s.json("GET", "/v2")
         assert "system_shared_memory" not in meta["extensions"]
+        if kind == "cpp":
+            for method, path in (("GET", "/v2/cudasharedmemory/status"), ("POST", "/v2/cudasharedmemory/unregister")):
+                status, body = s.json(method, path, {} if method == "POST" else None)
+                assert status == 403 and "--allow-shared-memory" in body["error"], path
         status, body = s.json("POST", "/v2/models/mlp/infer", {"inputs": [
             {"name": "x", "shape": [1, 512], "datatype": "FP32", "data": x.ravel().tolist()}]})
         assert status == 200

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cuda_shared_memory.h"
 #include "types.h"
 
 namespace aotc::server::codec {
@@ -33,6 +34,10 @@ std::vector<Bytes> write_infer_response(const InferResponse& response, size_t* j
 SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view body);
 // GET /v2/systemsharedmemory[/region/{name}]/status: [{"name", "key", "offset", "byte_size"}, ...]
 std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions);
+// POST /v2/cudasharedmemory/region/{name}/register: {"raw_handle": {"b64": BASE64}, "device_id", "byte_size"}.
+CudaSharedMemoryRegion parse_cuda_shm_register(const std::string& name, std::string_view body);
+// GET /v2/cudasharedmemory[/region/{name}]/status: [{"name", "device_id", "byte_size"}, ...]
+std::string write_cuda_shm_status(const std::vector<CudaSharedMemoryRegion>& regions);
 
 // ---- the admin answers (codec_admin.cpp) ----
 // DIR/<model>/config.json -> ModelConfig. Throws ServeError(400) naming the bad field. `strict` (a config

@@ -66,8 +66,7 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::atomic<size_t> started{0}, busy{0};
 
-  Impl(const ServerOptions& o, Repository& r, ServerInfo i)
-      : options(o), routes(options, r, std::move(i)), hub(options, routes) {
+  Impl(const ServerOptions& o, ServerState& state) : options(o), routes(options, state), hub(options, routes) {
     hub.handler_begins = [this] {
       if (++busy >= started.load() && started.load() < options.http_threads) grow();
     };
@@ -165,8 +164,8 @@ void HttpServer::Impl::sweep() {
   });
 }
 
-HttpServer::HttpServer(const ServerOptions& options, Repository& repo, ServerInfo info)
-    : impl_(std::make_unique<Impl>(options, repo, std::move(info))) {}
+HttpServer::HttpServer(const ServerOptions& options, ServerState& state)
+    : impl_(std::make_unique<Impl>(options, state)) {}
 
 HttpServer::~HttpServer() = default;
 
@@ -250,6 +249,5 @@ void HttpServer::stop() {
   for (auto& c : s.connections()) c->post_stop();
 }
 
-void HttpServer::set_ready(bool ready) { impl_->routes.set_ready(ready); }
 
 }  // namespace aotc::server

@@ -20,6 +20,7 @@
 #include "model.h"
 #include "options.h"
 #include "repository.h"
+#include "server_state.h"
 
 using namespace aotc::server;
 
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
   info.extensions = {"binary_tensor_data", "parameters", "statistics", "model_repository", "model_configuration",
                      "schedule_policy"};
   if (options.allow_shared_memory) info.extensions.push_back("system_shared_memory");
-  HttpServer http(options, repo, info);
+  ServerState state(options, repo, info);
+  HttpServer http(options, state);
   int port = 0;
   try {
     port = http.bind();
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
     std::fflush(nullptr);
     std::_Exit(1);  // the HTTP threads and runners are running; nothing of theirs needs to finish
   }
-  http.set_ready(true);
+  state.set_ready(true);
   if (options.strict_readiness && !broken.empty())
     log_line("serving, but not ready while " + std::to_string(broken.size()) +
              " model(s) are not (strict readiness; --no-strict-readiness to turn it off)");

@@ -113,6 +113,11 @@ int visible_gpu_count() { return static_cast<int>(at::getNumGPUs()); }
 
 std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) { return aotc::pin_host_memory(data, bytes); }
 
+std::function<std::shared_ptr<void>(const std::string&, int, size_t)> cuda_ipc_opener() {
+  if (visible_gpu_count() == 0) return {};
+  return [](const std::string& handle, int device, size_t) { return aotc::open_cuda_ipc_handle(handle, device); };
+}
+
 std::string package_device(const std::string& path) {
   try {
     return aotc::read_manifest(path).device;

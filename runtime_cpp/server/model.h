@@ -6,6 +6,7 @@
 // num_runners calls execute in the model at once (the Session enforces it), the rest wait.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,10 @@ int visible_gpu_count();
 // Page-locks [data, data + bytes) for CUDA copies (aotc::pin_host_memory): the handle unlocks it when the
 // last copy goes; nullptr without a CUDA device. Throws std::exception with the driver's reason.
 std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
+
+// What opens a client's CUDA IPC handle on a GPU (aotc::open_cuda_ipc_handle), for the CUDA shared memory
+// registry; empty when this process has no GPU, so that the registry answers as Triton's CPU build.
+std::function<std::shared_ptr<void>(const std::string& handle, int device, size_t bytes)> cuda_ipc_opener();
 
 // The device a package was exported for ("cpu" or "cuda"), from its manifest, without loading its code.
 // Throws ServeError(503) with the one-line reason when the manifest cannot be read.

@@ -7,10 +7,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cctype>
 
 #include "codec.h"
-#include "model.h"
 #include "service.h"
 
 namespace aotc::server {
@@ -77,21 +75,6 @@ std::string compress_body(const std::vector<Bytes>& pieces, bool gzip) {
   return out;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-// Whether `given` equals `secret`, in a time that depends on the length of `given` only (not on where they
-// first differ, nor on the secret's length).
-bool same_secret(std::string_view given, std::string_view secret) {
-  volatile unsigned char diff = given.size() != secret.size();
-  for (size_t i = 0; i < given.size(); ++i)
-    diff = diff | static_cast<unsigned char>(given[i] ^ (secret.empty() ? 0 : secret[i % secret.size()]));
-  return diff == 0;
-}
-
 // The path's segments after the leading '/' ("/v2/models/m" -> v2, models, m); none when it has no leading '/'.
 std::vector<std::string_view> split_path(std::string_view path) {
   std::vector<std::string_view> out;
@@ -131,8 +114,8 @@ void Routes::add(const char* method, const std::string& pattern, Handler fn) {
   routes_.push_back(std::move(r));
 }
 
-Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
-    : options_(options), repo_(repo), info_(std::move(info)), shm_(options.allow_shared_memory, pin_host_memory) {
+Routes::Routes(const ServerOptions& options, ServerState& state)
+    : options_(options), state_(state), repo_(state.repo()) {
   const std::string m = "/v2/models/{model}[/versions/{version}]";
   auto json = [](Reply& r, std::string body, int status = 200) {
     r.status = status;
@@ -152,7 +135,7 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
     req.model = c.model;
     req.version = c.version;
     size_t json_length = 0;
-    r.body = codec::write_infer_response(service::infer(*sched, std::move(req), s.shm_), &json_length);
+    r.body = codec::write_infer_response(service::infer(*sched, std::move(req), s.state_.shm()), &json_length);
     if (json_length != std::string::npos) {
       r.header_length = json_length;
       r.content_type = "application/octet-stream";
@@ -161,10 +144,10 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
   add("GET", "/v2/health/live", [json](Routes&, Call&, Reply& r) { json(r, codec::write_flag("live", true)); });
   // Strict readiness (Triton's default): not ready while any model of the repository has no READY version.
   add("GET", "/v2/health/ready", [json](Routes& s, Call&, Reply& r) {
-    bool ready = s.ready_ && (!s.options_.strict_readiness || s.repo_.not_ready().empty());
+    bool ready = s.state_.ready();
     json(r, codec::write_flag("ready", ready), ready ? 200 : 503);
   });
-  add("GET", "/v2", [json](Routes& s, Call&, Reply& r) { json(r, codec::write_server_metadata(s.info_)); });
+  add("GET", "/v2", [json](Routes& s, Call&, Reply& r) { json(r, codec::write_server_metadata(s.state_.info())); });
   add("GET", "/v2/models/stats", [json](Routes& s, Call&, Reply& r) {
     std::vector<ModelStats> st;
     for (const auto& sc : s.repo_.schedulers()) st.push_back(sc->stats());
@@ -203,15 +186,27 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
     s.repo_.unload_model(c.model);
     json(r, "{}");
   });
-  // Triton's system shared memory extension (shared_memory.h); 403 unless --allow-shared-memory.
+  // Triton's system and CUDA shared memory extensions (shared_memory.h, cuda_shared_memory.h); 403 unless
+  // --allow-shared-memory.
   add("GET", "/v2/systemsharedmemory[/region/{region}]/status",
-      [json](Routes& s, Call& c, Reply& r) { json(r, codec::write_shm_status(s.shm_.status(c.region))); });
+      [json](Routes& s, Call& c, Reply& r) { json(r, codec::write_shm_status(s.state_.shm().status(c.region))); });
   add("POST", "/v2/systemsharedmemory/region/{region}/register", [json](Routes& s, Call& c, Reply& r) {
-    s.shm_.add(codec::parse_shm_register(c.region, c.body));
+    s.state_.shm().add(codec::parse_shm_register(c.region, c.body));
     json(r, "{}");
   });
   add("POST", "/v2/systemsharedmemory[/region/{region}]/unregister", [json](Routes& s, Call& c, Reply& r) {
-    s.shm_.remove(c.region);
+    s.state_.shm().remove(c.region);
+    json(r, "{}");
+  });
+  add("GET", "/v2/cudasharedmemory[/region/{region}]/status", [json](Routes& s, Call& c, Reply& r) {
+    json(r, codec::write_cuda_shm_status(s.state_.cuda_shm().status(c.region)));
+  });
+  add("POST", "/v2/cudasharedmemory/region/{region}/register", [json](Routes& s, Call& c, Reply& r) {
+    s.state_.cuda_shm().add(codec::parse_cuda_shm_register(c.region, c.body));
+    json(r, "{}");
+  });
+  add("POST", "/v2/cudasharedmemory[/region/{region}]/unregister", [json](Routes& s, Call& c, Reply& r) {
+    s.state_.cuda_shm().remove(c.region);
     json(r, "{}");
   });
   add("GET", "/metrics", [](Routes& s, Call&, Reply& r) {
@@ -220,21 +215,12 @@ Routes::Routes(const ServerOptions& options, Repository& repo, ServerInfo info)
   });
 }
 
-// `Authorization: Bearer KEY`, the scheme in any case (RFC 9110 11.1), the key compared in constant time.
 bool Routes::authorized(const HttpRequest& req) const {
-  if (options_.api_key.empty() || req.path.rfind("/v2/health/", 0) == 0) return true;
-  std::string value = req.header("Authorization");
-  std::string_view v = value;
-  size_t space = v.find(' ');
-  if (space == std::string_view::npos || !iequals(v.substr(0, space), "Bearer")) return false;
-  size_t token = v.find_first_not_of(' ', space);
-  return same_secret(token == std::string_view::npos ? std::string_view() : v.substr(token), options_.api_key);
+  return req.path.rfind("/v2/health/", 0) == 0 || state_.authorized(req.header("Authorization"));
 }
 
 void Routes::handle(const HttpRequest& req, Reply& reply) {
-  if (!authorized(req))
-    throw ServeError(401, "missing or wrong API key; send 'Authorization: Bearer <key>' (the key the server was "
-                          "given by --api-key, --api-key-file or AOTC_API_KEY)");
+  if (!authorized(req)) throw ServeError(401, ServerState::unauthorized_message());
   const std::vector<std::string_view> path = split_path(req.path);
   const char* allowed = nullptr;
   for (const Route& route : routes_) {

@@ -1,13 +1,12 @@
 // The routes of aotc-server's HTTP API, apart from any HTTP library: a request (method, decoded path,
 // headers, body) in, a Reply (status, content type, body pieces) out. http.cpp reads and writes the wire.
 //
-// Ownership: Routes borrows the Repository (which must outlive it). Blocking: answer() runs the request to
-// its end, inference included. Thread-safety: answer() and set_ready() may be called from any thread.
+// Ownership: Routes borrows the ServerState (which must outlive it). Blocking: answer() runs the request to
+// its end, inference included. Thread-safety: answer() may be called from any thread.
 // Routes are matched segment by segment against a fixed table (no regex, no recursion): the cost is linear
 // in the path, whatever its length.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -15,8 +14,7 @@
 #include <vector>
 
 #include "options.h"
-#include "repository.h"
-#include "shared_memory.h"
+#include "server_state.h"
 #include "types.h"
 
 namespace aotc::server {
@@ -42,12 +40,11 @@ Reply error_reply(int status, const std::string& message);
 
 class Routes {
  public:
-  Routes(const ServerOptions& options, Repository& repo, ServerInfo info);
+  Routes(const ServerOptions& options, ServerState& state);
 
   // Auth, the route table (404, 405), body inflation (413, 501), the handler, and compression of
   // inference answers. Never throws: every failure becomes a status and {"error": ...}.
   Reply answer(const HttpRequest& req);
-  void set_ready(bool ready) { ready_ = ready; }
 
  private:
   struct Call;
@@ -66,10 +63,8 @@ class Routes {
   bool authorized(const HttpRequest& req) const;
 
   ServerOptions options_;
+  ServerState& state_;
   Repository& repo_;
-  ServerInfo info_;
-  std::atomic<bool> ready_{false};
-  SharedMemoryRegistry shm_;
   std::vector<Route> routes_;
 };
 

@@ -10,6 +10,7 @@
 #include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "sinks.h"
 
@@ -25,6 +26,28 @@ std::shared_ptr<void> pin_host_memory(void* data, size_t bytes) {
                                            " bytes of host memory for CUDA copies: " + cudaGetErrorString(err));
   }
   return std::shared_ptr<void>(data, [](void* p) { cudaHostUnregister(p); });
+}
+
+std::shared_ptr<void> open_cuda_ipc_handle(const std::string& handle, int device) {
+  cudaIpcMemHandle_t h;
+  if (handle.size() != sizeof h)
+    throw Error(Error::Kind::InvalidInput, "a CUDA IPC handle is " + std::to_string(sizeof h) + " bytes, got " +
+                                               std::to_string(handle.size()));
+  std::memcpy(&h, handle.data(), sizeof h);
+  if (device < 0 || device >= static_cast<int>(c10::cuda::device_count()))
+    throw Error(Error::Kind::InvalidInput, "GPU " + std::to_string(device) + " is not visible (" +
+                                               std::to_string(c10::cuda::device_count()) + " GPU(s))");
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  void* p = nullptr;
+  const cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(Error::Kind::InvalidInput, std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(err));
+  }
+  return std::shared_ptr<void>(p, [device](void* q) {
+    c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
+    cudaIpcCloseMemHandle(q);
+  });
 }
 
 }  // namespace aotc

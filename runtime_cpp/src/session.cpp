@@ -235,6 +235,9 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, cons
 
 #ifndef AOTC_WITH_CUDA
 std::shared_ptr<void> pin_host_memory(void*, size_t) { return nullptr; }  // no CUDA in this build
+std::shared_ptr<void> open_cuda_ipc_handle(const std::string&, int) {
+  throw Error(Error::Kind::InvalidInput, "this build of aotc has no CUDA");
+}
 #endif
 
 std::vector<int64_t> Session::cuda_graph_buckets() const {

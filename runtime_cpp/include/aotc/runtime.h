@@ -106,6 +106,12 @@ struct OutputSink {
 // device is visible. Throws Error(Internal) with CUDA's reason when the driver refuses.
 std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
 
+// Opens the device memory another process exported as a CUDA IPC handle (`handle`: the 64 bytes of a
+// cudaIpcMemHandle_t, as tritonclient.utils.cuda_shared_memory makes it) on GPU `device`: its device
+// pointer, closed (cudaIpcCloseMemHandle) when the last copy of the returned handle goes. Throws
+// Error(InvalidInput) with CUDA's reason when the driver refuses, and when this build has no CUDA.
+std::shared_ptr<void> open_cuda_ipc_handle(const std::string& handle, int device);
+
 struct SessionOptions {
   size_t num_runners = 1;      // how many run() calls may execute in the model at once
   int device_index = -1;       // CUDA device for a CUDA package; -1 = current device
