@@ -1,7 +1,7 @@
 // The wire codec: the Open Inference Protocol's JSON (and the binary tensor extension) <-> native types.
 //
-// The only interface that sees JSON: RapidJSON stays behind codec_infer.cpp (inference, shared memory) and
-// codec_admin.cpp (config, statistics, metadata), which share codec_json.h. Parsers validate shape against
+// The only interface that sees JSON: RapidJSON stays behind codec_infer.cpp (inference), codec_shm.cpp
+// (shared memory) and codec_admin.cpp (config, statistics, metadata), which share codec_json.h. Parsers validate shape against
 // the bytes actually present and throw ServeError(400) with one line saying what was wrong and what was
 // expected; they never size an allocation from a client's claim before checking it against the body. Pure
 // functions: thread-safe, no state.
@@ -19,7 +19,7 @@ namespace aotc::server::codec {
 
 constexpr int kMaxJsonDepth = 64;
 
-// ---- inference and shared memory (codec_infer.cpp) ----
+// ---- inference (codec_infer.cpp) ----
 
 // Parses an infer request whose JSON header is body[0, json_length) and whose binary blobs follow it.
 // Fills everything but `model`/`version`.
@@ -29,6 +29,8 @@ InferRequest parse_infer_request(std::string_view body, size_t json_length);
 // (views of the output tensors, not copies). *json_length is the JSON header's length when any output is
 // binary, else npos (the body is the JSON alone).
 std::vector<Bytes> write_infer_response(const InferResponse& response, size_t* json_length);
+
+// ---- shared memory (codec_shm.cpp) ----
 
 // The body of POST /v2/systemsharedmemory/region/{name}/register: {"key", "offset" (optional), "byte_size"}.
 SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view body);

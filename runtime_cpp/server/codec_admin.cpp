@@ -1,6 +1,6 @@
 // The admin half of the wire codec (codec.h): config.json parsing and the answers about the server and its
 // models (errors and flags, metadata, model config, statistics, the repository index). RapidJSON is used here
-// and in codec_infer.cpp only. Pure functions; thread-safe.
+// and in codec_infer.cpp and codec_shm.cpp only. Pure functions; thread-safe.
 #include <algorithm>
 
 #include "codec.h"

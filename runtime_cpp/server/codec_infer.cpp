@@ -1,5 +1,5 @@
-// The inference half of the wire codec (codec.h): infer requests and responses, and the system shared
-// memory extension's registration and status. RapidJSON is used here and in codec_admin.cpp only.
+// The inference part of the wire codec (codec.h): infer requests and responses. RapidJSON is used here, in
+// codec_shm.cpp and in codec_admin.cpp only.
 //
 // Requests: a byte scan refuses nesting deeper than kMaxJsonDepth before RapidJSON sees the text, so a JSON
 // bomb cannot exhaust the stack; tensor data (flat or nested) is converted element by element into the
@@ -92,20 +92,6 @@ uint64_t flatten(const Value& v, WireType t, std::string& out, const std::string
   return n;
 }
 
-
-std::string require_string(const Value& obj, const char* key, const std::string& where) {
-  const Value* v = member(obj, key);
-  if (!v || !v->IsString()) throw bad_request(where + ": missing string field '" + key + "'");
-  return str(*v);
-}
-
-std::optional<int64_t> int_param(const Value* params, const char* key, const std::string& where) {
-  if (!params) return std::nullopt;
-  const Value* v = member(*params, key);
-  if (!v) return std::nullopt;
-  if (!v->IsInt64()) throw bad_request(where + ": parameter '" + key + "' must be an integer");
-  return v->GetInt64();
-}
 
 std::optional<bool> bool_param(const Value* params, const char* key, const std::string& where) {
   if (!params) return std::nullopt;
@@ -327,101 +313,6 @@ std::vector<Bytes> write_infer_response(const InferResponse& r, size_t* json_len
   for (const auto& o : r.outputs)
     if (o.binary && !o.shm) pieces.push_back(o.tensor.bytes);  // views of the output tensors: written to the socket as they are
   return pieces;
-}
-
-SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view body) {
-  rapidjson::Document doc;
-  parse_document(doc, body, "the shared memory registration");
-  const std::string where = "registration of shared memory region '" + name + "'";
-  if (!doc.IsObject()) throw bad_request(where + " must be a JSON object {\"key\", \"offset\", \"byte_size\"}");
-  SharedMemoryRegion r;
-  r.name = name;
-  r.key = require_string(doc, "key", where);
-  auto offset = int_param(&doc, "offset", where);
-  auto size = int_param(&doc, "byte_size", where);
-  if (!size) throw bad_request(where + ": missing integer field 'byte_size'");
-  if (*size < 0 || offset.value_or(0) < 0) throw bad_request(where + ": 'offset' and 'byte_size' must not be negative");
-  r.offset = static_cast<uint64_t>(offset.value_or(0));
-  r.byte_size = static_cast<uint64_t>(*size);
-  return r;
-}
-
-namespace {
-
-// RFC 4648 base64 (padding optional, no line breaks); nullopt on any other character.
-std::optional<std::string> base64_decode(std::string_view in) {
-  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
-  std::string out;
-  out.reserve(in.size() * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
-          : c == '+' ? 62 : c == '/' ? 63 : -1;
-    if (v < 0) return std::nullopt;
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-CudaSharedMemoryRegion parse_cuda_shm_register(const std::string& name, std::string_view body) {
-  rapidjson::Document doc;
-  parse_document(doc, body, "the CUDA shared memory registration");
-  const std::string where = "registration of CUDA shared memory region '" + name + "'";
-  CudaSharedMemoryRegion r;
-  r.name = name;
-  const Value* handle = member(doc, "raw_handle");
-  const Value* b64 = handle && handle->IsObject() ? member(*handle, "b64") : nullptr;
-  if (!b64 || !b64->IsString())
-    throw bad_request(where + ": missing 'raw_handle': {\"b64\": the base64 of a cudaIpcMemHandle_t}");
-  auto raw = base64_decode(std::string_view(b64->GetString(), b64->GetStringLength()));
-  if (!raw) throw bad_request(where + ": 'raw_handle.b64' is not base64");
-  r.raw_handle = std::move(*raw);
-  auto device = int_param(&doc, "device_id", where);
-  auto size = int_param(&doc, "byte_size", where);
-  if (!size) throw bad_request(where + ": missing integer field 'byte_size'");
-  if (*size < 0 || device.value_or(0) < 0) throw bad_request(where + ": 'device_id' and 'byte_size' must not be negative");
-  r.device_id = device.value_or(0);
-  r.byte_size = static_cast<uint64_t>(*size);
-  return r;
-}
-
-std::string write_cuda_shm_status(const std::vector<CudaSharedMemoryRegion>& regions) {
-  rapidjson::StringBuffer sb;
-  Writer w(sb);
-  w.StartArray();
-  for (const auto& r : regions) {
-    w.StartObject();
-    w.Key("name"); write_text(w, r.name);
-    w.Key("device_id"); w.Int64(r.device_id);
-    w.Key("byte_size"); w.Uint64(r.byte_size);
-    w.EndObject();
-  }
-  w.EndArray();
-  return done(sb);
-}
-
-std::string write_shm_status(const std::vector<SharedMemoryRegion>& regions) {
-  rapidjson::StringBuffer sb;
-  Writer w(sb);
-  w.StartArray();
-  for (const auto& r : regions) {
-    w.StartObject();
-    w.Key("name"); write_text(w, r.name);
-    w.Key("key"); write_text(w, r.key);
-    w.Key("offset"); w.Uint64(r.offset);
-    w.Key("byte_size"); w.Uint64(r.byte_size);
-    w.EndObject();
-  }
-  w.EndArray();
-  return done(sb);
 }
 
 }  // namespace aotc::server::codec

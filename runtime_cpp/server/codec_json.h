@@ -1,6 +1,6 @@
-// RapidJSON helpers the two halves of the wire codec share (codec_infer.cpp: inference and shared memory;
-// codec_admin.cpp: config, statistics, metadata, the repository index): private to them, so that RapidJSON
-// stays behind the codec files. Inline functions of their arguments; thread-safe, no state.
+// RapidJSON helpers the parts of the wire codec share (codec_infer.cpp: inference; codec_shm.cpp: shared
+// memory; codec_admin.cpp: config, statistics, metadata, the repository index): private to them, so that
+// RapidJSON stays behind the codec files. Inline functions of their arguments; thread-safe, no state.
 #pragma once
 
 #include <optional>
@@ -60,6 +60,22 @@ inline std::string str(const Value& v) { return std::string(v.GetString(), v.Get
 inline const Value* member(const Value& obj, const char* key) {
   auto it = obj.FindMember(key);
   return it == obj.MemberEnd() ? nullptr : &it->value;
+}
+
+// A required string field of `obj`; `where` names the object in the error.
+inline std::string require_string(const Value& obj, const char* key, const std::string& where) {
+  const Value* v = member(obj, key);
+  if (!v || !v->IsString()) throw bad_request(where + ": missing string field '" + key + "'");
+  return str(*v);
+}
+
+// An optional integer parameter; 400 when it is there but not an integer.
+inline std::optional<int64_t> int_param(const Value* params, const char* key, const std::string& where) {
+  if (!params) return std::nullopt;
+  const Value* v = member(*params, key);
+  if (!v) return std::nullopt;
+  if (!v->IsInt64()) throw bad_request(where + ": parameter '" + key + "' must be an integer");
+  return v->GetInt64();
 }
 
 // config.json's "model_warmup" (codec_warmup.cpp). Throws ServeError(400) naming the bad field.
