@@ -14,10 +14,7 @@ namespace aotc::server {
 struct Scheduler::Job {
   BatchRequest request;
   std::atomic<int> state{0};  // 0 queued, 1 taken by a runner, 2 cancelled by its timeout
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::optional<ServeError> error;
+  Done done;
 };
 
 namespace {
@@ -65,7 +62,35 @@ Scheduler::~Scheduler() {
 
 std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
                                      std::vector<bool> wanted, std::vector<OutputSink> sinks) {
+  struct Wait {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    Outcome outcome;
+  };
+  auto wait = std::make_shared<Wait>();
+  const auto deadline = Clock::now() + std::chrono::microseconds(timeout_us.value_or(0));
+  auto job = submit(std::move(inputs), std::move(wanted), std::move(sinks), [wait](Outcome o) {
+    std::lock_guard<std::mutex> lock(wait->m);
+    wait->outcome = std::move(o);
+    wait->done = true;
+    wait->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(wait->m);
+  if (timeout_us && *timeout_us >= 0 && !wait->cv.wait_until(lock, deadline, [&] { return wait->done; })) {
+    lock.unlock();
+    cancel(job, *timeout_us);
+    lock.lock();
+  }
+  wait->cv.wait(lock, [&] { return wait->done; });
+  if (wait->outcome.error) throw *wait->outcome.error;
+  return std::move(wait->outcome.outputs);
+}
+
+auto Scheduler::submit(std::vector<Tensor> inputs, std::vector<bool> wanted, std::vector<OutputSink> sinks,
+                       Done done) -> std::shared_ptr<Job> {
   auto job = std::make_shared<Job>();
+  job->done = std::move(done);
   BatchRequest& r = job->request;
   r.sinks = std::move(sinks);
   r.rows = info().batch && !inputs.empty() && !inputs[0].shape.empty() ? inputs[0].shape[0] : 1;
@@ -101,31 +126,36 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
     instance_busy_[0] = 0;
   }
   cv_.notify_all();
+  return job;
+}
 
-  std::unique_lock<std::mutex> jl(job->m);
-  if (timeout_us && *timeout_us >= 0) {
-    auto deadline = r.enqueued + std::chrono::microseconds(*timeout_us);
-    if (!job->cv.wait_until(jl, deadline, [&] { return job->done; })) {
-      int queued = 0;
-      if (job->state.compare_exchange_strong(queued, 2)) {
-        --pending_;
-        record_failure("CANCELED");
-        throw unavailable("request timed out after " + std::to_string(*timeout_us) +
-                          " us in the queue (parameter 'timeout')");
-      }
+bool Scheduler::cancel(const std::shared_ptr<Job>& job, int64_t timeout_us) {
+  int queued = 0;
+  if (!job->state.compare_exchange_strong(queued, 2)) return false;
+  --pending_;
+  record_failure("CANCELED");
+  Done done = std::move(job->done);
+  done(Outcome{{}, unavailable("request timed out after " + std::to_string(timeout_us) +
+                               " us in the queue (parameter 'timeout')")});
+  return true;
+}
+
+// A request's answer: its statistics, then its callback (moved out, so that what it holds goes with it).
+void Scheduler::finish(Job& job, std::optional<ServeError> error) {
+  --pending_;
+  {
+    std::lock_guard<std::mutex> sl(stats_mu_);
+    uint64_t total = ns_between(job.request.enqueued, Clock::now());
+    if (error) {
+      stats_.fail.add(total);
+      ++stats_.failures_by_reason[error->status() == 400 ? "REJECTED" : "BACKEND"];
+    } else {
+      stats_.success.add(total);
     }
   }
-  job->cv.wait(jl, [&] { return job->done; });
-  --pending_;
-  std::lock_guard<std::mutex> sl(stats_mu_);
-  uint64_t total = ns_between(r.enqueued, Clock::now());
-  if (job->error) {
-    stats_.fail.add(total);
-    ++stats_.failures_by_reason[job->error->status() == 400 ? "REJECTED" : "BACKEND"];
-    throw *job->error;
-  }
-  stats_.success.add(total);
-  return std::move(r.outputs);
+  Done done = std::move(job.done);
+  Outcome o{error ? std::vector<Tensor>{} : std::move(job.request.outputs), std::move(error)};
+  done(std::move(o));
 }
 
 void Scheduler::record_failure(const std::string& reason) {
@@ -222,12 +252,7 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
     std::lock_guard<std::mutex> sl(stats_mu_);
     record_batch(stats_, instance, batch, times, !error);
   }
-  for (auto& j : jobs) {
-    std::lock_guard<std::mutex> jl(j->m);
-    if (error) j->error = error;
-    j->done = true;
-    j->cv.notify_all();
-  }
+  for (auto& j : jobs) finish(*j, error);
 }
 
 }  // namespace aotc::server

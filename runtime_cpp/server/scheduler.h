@@ -10,14 +10,17 @@
 // to a runner) when the config's run_inline_when_idle allows it (the default). A CUDA package replayed as
 // CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set, batches are then cut
 // to the largest bucket the queue fills (the rest waits for the next batch), so no rows are padded.
-// Blocking: infer() blocks the calling thread until its answer is ready. Thread-safety: every public method
-// may be called from any thread. The destructor answers everything already queued, then joins the runners.
+// Blocking: infer() blocks the calling thread until its answer is ready; submit() returns at once (unless it
+// runs the request inline) and calls back when the answer is ready, for a transport that does not wait
+// (gRPC). Thread-safety: every public method may be called from any thread. The destructor answers
+// everything already queued, then joins the runners.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +46,15 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // A submitted request, for cancel(); opaque.
+  struct Job;
+  // What a submitted request comes to: its outputs, or the error it is answered with.
+  struct Outcome {
+    std::vector<Tensor> outputs;
+    std::optional<ServeError> error;
+  };
+  using Done = std::function<void(Outcome)>;
+
   // Queues `inputs` (manifest order, already validated) and blocks until their outputs are ready: those
   // `wanted` marks (by manifest index; empty: all), the others with no bytes. A batch returns the outputs
   // any of its requests wants. `sinks`: outputs to write straight into the request's memory (its shared
@@ -51,6 +63,15 @@ class Scheduler {
   // `timeout_us` passes while queued; 400/500 from the model.
   std::vector<Tensor> infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
                             std::vector<bool> wanted = {}, std::vector<OutputSink> sinks = {});
+  // infer() without the wait: queues the request (or runs it inline when the model is idle) and calls `done`
+  // exactly once, on the calling thread (inline), a runner's, or cancel()'s. Throws ServeError 503, without
+  // calling `done`, when the queue is full or the model is being unloaded. The caller keeps the Scheduler
+  // alive until `done` has been called.
+  std::shared_ptr<Job> submit(std::vector<Tensor> inputs, std::vector<bool> wanted, std::vector<OutputSink> sinks,
+                              Done done);
+  // Cancels `job` if it is still queued (its `timeout_us` passed): it is dropped and `done` gets 503 on this
+  // thread. Returns false, changing nothing, when a runner already took it.
+  bool cancel(const std::shared_ptr<Job>& job, int64_t timeout_us);
 
   // Counts a request refused before it reached the queue (bad input), so statistics see every request.
   void record_failure(const std::string& reason);
@@ -61,8 +82,8 @@ class Scheduler {
   bool batching() const { return config_.max_batch_size > 0 && info().batch.has_value(); }
 
  private:
-  struct Job;
   void runner_loop(size_t instance);
+  void finish(Job& job, std::optional<ServeError> error);
   std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
   void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs);
   bool all_idle() const {  // with mu_ held
