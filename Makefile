@@ -12,7 +12,9 @@ PY        := $(VENV)/bin/python
 PIP       := $(PY) -m pip
 BUILD_DIR := build/py
 APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev curl patchelf
-PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http]' \
+# gRPC: the C++ library and protoc with its gRPC plugin (runtime_cpp/server/CMakeLists.txt), found by pkg-config.
+APT_PKGS  += libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config
+PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http,grpc]' \
              pytest pytest-timeout hypothesis httpx matplotlib triton jsonschema pyyaml
 # The example models of libraries (models/hf_bert.py, gpt2.py, torchrec_ebc.py). None may pull in torch (an
 # unpinned one is a multi-GB CUDA build): torchrec goes in with --no-deps (it pins a GPU fbgemm and an old
@@ -90,7 +92,8 @@ TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp batch.cpp types.cpp 
 # what it learns stays in $(FUZZ_DIR)/corpus, a crash's input goes to $(FUZZ_DIR)/crashes (both outside git).
 FUZZ_DIR     := build/fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_SRCS    := $(addprefix runtime_cpp/server/,fuzz/fuzz_infer.cpp codec_infer.cpp codec_admin.cpp codec_warmup.cpp types.cpp)
+FUZZ_SRCS    := $(addprefix runtime_cpp/server/,fuzz/fuzz_infer.cpp codec_infer.cpp codec_shm.cpp codec_admin.cpp \
+                  codec_warmup.cpp types.cpp)
 SERVER_HDRS  := $(wildcard runtime_cpp/server/*.h)
 
 test-sanitize: test-asan test-tsan test-fuzz

@@ -174,7 +174,12 @@ deps() {
 build() {
   local torch_prefix
   torch_prefix=$("$PY" -c 'import torch;print(torch.utils.cmake_prefix_path)')
-  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DAOTC_BUILD_TESTS=OFF \
+  # gRPC only where its Debian packages came along in .deb/ (they are not carried today): else aotc-server
+  # is built without its gRPC endpoint (docs/server.md, gRPC).
+  local grpc=OFF
+  compgen -G ".deb/libgrpc++-dev_*.deb" >/dev/null && grpc=ON
+  echo "gRPC endpoint: $grpc"
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DAOTC_BUILD_TESTS=OFF -DAOTC_GRPC=$grpc \
     -DCMAKE_PREFIX_PATH="$torch_prefix" -DAOTC_DEPS_PREFIX="$DEPS" -DPython_EXECUTABLE="$PY" || return 1
   ninja -C build/gpu -k 0 -j"$(nproc)" || echo "warning: some targets failed to build (see above); going on with what built"
   grep -q "AOTC_WITH_CUDA" build/gpu/build.ninja && echo "CUDA runtime pieces: built" \
@@ -247,7 +252,7 @@ preload_wrappers() {
 server_smoke() {
   local repo=/tmp/aotc-smoke-repo port=18765 pid i
   rm -rf "$repo" && mkdir -p "$repo/mlp/1" && ln -s "$PKGS/mlp.pt2" "$repo/mlp/1/model.pt2"
-  aotc-server --model-repository "$repo" --http-port $port &
+  aotc-server --model-repository "$repo" --http-port $port --grpc-port 0 &
   pid=$!
   for i in $(seq 120); do
     if ! kill -0 $pid 2>/dev/null; then wait $pid; return $?; fi

@@ -7,13 +7,19 @@ tests/utils.py); find aotc's binaries; lay out model repositories.
   "python"        `aotc serve --python REPOSITORY`, the FastAPI baseline
   "python-eager"  `aotc serve --python --eager MODEL_FILE` (REPOSITORY is a model file, run eagerly)
 or, with `command=lambda port: argv`, any other server that speaks the protocol (`kind` is then its label).
+The C++ kinds ("cpp", "cli") also serve gRPC: the launcher picks a second free port and passes `--grpc-port
+PORT` unless the flags already hold `--grpc-port` (0: any port; -1: none); `grpc_port` and `grpc_url`
+("127.0.0.1:PORT", for tritonclient.grpc) say where, as the server's log line `listening on grpc://H:P` has
+it. They are None for -1, for a build without gRPC (AOTC_GRPC=OFF, whose log says so), for the Python kinds
+and for `command=` servers.
 It waits for `ready_path` (/v2/health/ready), fails fast with the server's log if the process dies first,
 puts a timeout on every request and stops the process on `stop()` or context exit. The server's output goes
 to a log file (no pipe to fill up); `log()` reads it.
 
 Not a client library: `request()` speaks plain HTTP (http.client), so tests see exactly what went over the
-wire. Not a package either: the tests get bench/ on sys.path from pytest's `pythonpath` (pyproject.toml), a
-benchmark run as `python bench/x.py` has it already. bench/loadgen.py drives aotc-load and aotc-run --bench.
+wire; gRPC tests bring their own client (tritonclient.grpc) to `grpc_url`. Not a package either: the tests
+get bench/ on sys.path from pytest's `pythonpath` (pyproject.toml), a benchmark run as `python bench/x.py`
+has it already. bench/loadgen.py drives aotc-load and aotc-run --bench.
 
 Concurrency: one Server may be shared by threads; `request()` opens a connection per call unless a `conn`
 is passed. Starting and stopping are for one thread.
@@ -25,6 +31,7 @@ import gzip
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,6 +46,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = REPO / ".venv" / "bin"
 KINDS = ("cpp", "cli", "python", "python-eager")
+GRPC_KINDS = ("cpp", "cli")  # aotc-server, directly or through `aotc serve`
 
 
 class LaunchError(RuntimeError):
@@ -67,10 +75,25 @@ def server_binary() -> Path:
     return find_binary("aotc-server", "AOTC_SERVER_BIN")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(*taken: int) -> int:
+    """A port nothing listens on now, none of `taken`."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
+
+
+def flag_value(flags: tuple[str, ...] | list[str], name: str) -> str | None:
+    """The value of `name` in a command line (`--name V` or `--name=V`; the last one wins), else None."""
+    value = None
+    for i, f in enumerate(flags):
+        if f == name and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif f.startswith(name + "="):
+            value = f[len(name) + 1:]
+    return value
 
 
 def make_repository(root: Path, models: dict, configs: dict | None = None, *, link: bool = False) -> Path:
@@ -123,6 +146,15 @@ class Server:
         self.port = free_port()
         self.url = f"http://{self.host}:{self.port}"
         self.request_timeout = request_timeout
+        self.grpc_port: int | None = None
+        grpc_given = None
+        if command is None and kind in GRPC_KINDS:
+            grpc_given = flag_value(flags, "--grpc-port")
+            if grpc_given is None:
+                self.grpc_port = free_port(self.port)
+                flags = (*flags, "--grpc-port", str(self.grpc_port))
+            elif grpc_given.lstrip("-").isdigit() and int(grpc_given) > 0:
+                self.grpc_port = int(grpc_given)
         argv = command(self.port) if command else server_argv(kind, repository, self.port, *flags)
         if log_path is None:
             with tempfile.NamedTemporaryFile(prefix=f"aotc-{kind}-server-", suffix=".log", delete=False) as f:
@@ -139,12 +171,34 @@ class Server:
             try:
                 if self.request("GET", ready_path, timeout=2)[0] == 200:
                     self.ready_s = time.perf_counter() - t0
+                    if self.grpc_port is not None or grpc_given == "0":
+                        self.grpc_port = self._logged_grpc_port(deadline)
                     return
             except OSError:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
                 raise LaunchError(f"{kind} server not ready after {ready_timeout:g} s:\n{self.log()[-4000:]}")
+            time.sleep(0.02)
+
+    @property
+    def grpc_url(self) -> str | None:
+        """host:port of the gRPC endpoint (tritonclient.grpc's form), None without one."""
+        return None if self.grpc_port is None else f"{self.host}:{self.grpc_port}"
+
+    def _logged_grpc_port(self, deadline: float) -> int | None:
+        """The port of the log's `listening on grpc://HOST:PORT` (what --grpc-port 0 picked), or None where the
+        server says it has no gRPC endpoint (a build with AOTC_GRPC=OFF takes the flag and says so)."""
+        while True:
+            log = self.log()
+            m = re.search(r"listening on grpc://\S+:(\d+)", log)
+            if m:
+                return int(m.group(1))
+            if "no gRPC endpoint" in log:
+                return None
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise LaunchError(f"no 'listening on grpc://' in the log:\n{self.log()[-4000:]}")
             time.sleep(0.02)
 
     def log(self) -> str:

@@ -132,7 +132,7 @@ def test_bundle_json_describes_what_is_there(bundle_dir):
 
 def test_the_moved_bundle_serves_with_python_hidden(bundle_dir, pkg_mlp, pkg_simple, tmp_path):
     port, log = free_port(), tmp_path / "serve.log"
-    proc = start_hidden([str(bundle_dir / "serve"), "--http-port", str(port)], None, log=log)
+    proc = start_hidden([str(bundle_dir / "serve"), "--http-port", str(port), "--grpc-port", "0"], None, log=log)
     try:
         wait_ready(proc, port, log)
         check_parity(port, pkg_mlp, pkg_simple)
@@ -168,8 +168,10 @@ def test_the_container_layout_runs_as_user_1000(bundle_dir, pkg_mlp, pkg_simple,
     assert cf["base"] == "debian:12-slim" and cf["user"] == "1000:1000" and {8000, 8001} <= set(cf["ports"])
     assert cf["entrypoint"][0] == "/opt/aotc/serve" and "0.0.0.0" in cf["entrypoint"]
     port, log = free_port(), tmp_path / "container.log"
-    # the ENTRYPOINT as written, then a free port for this machine instead of the image's 8000 (the last wins)
-    proc = start_hidden([*cf["entrypoint"], "--http-port", str(port)], cf["user"], opt_aotc=bundle_dir, log=log)
+    # the ENTRYPOINT as written, then free ports for this machine instead of the image's 8000 and 8001 (the last
+    # wins)
+    proc = start_hidden([*cf["entrypoint"], "--http-port", str(port), "--grpc-port", "0"], cf["user"],
+                        opt_aotc=bundle_dir, log=log)
     try:
         wait_ready(proc, port, log)
         health = [a.replace("/8000", f"/{port}") for a in cf["health"]]

@@ -290,7 +290,7 @@ def test_no_strict_readiness_is_ready_with_a_broken_model(broken_repository):
 
 def test_exit_on_error_names_the_broken_model(broken_repository):
     r = subprocess.run([str(server_binary()), "--model-repository", str(broken_repository), "--http-port", "0",
-                        "--exit-on-error"], capture_output=True, text=True, timeout=120)
+                        "--grpc-port", "-1", "--exit-on-error"], capture_output=True, text=True, timeout=120)
     errors = [line for line in r.stderr.splitlines() if line.startswith("aotc-server: error:")]
     assert r.returncode == 1 and len(errors) == 1, r.stderr
     assert "--exit-on-error" in errors[0] and "model 'broken'" in errors[0] and "corrupt" in errors[0]

@@ -1,9 +1,10 @@
 // aotc-server: serve the packages of a model repository over the Open Inference Protocol, without Python.
 //
 // Threads: main (loads the repository, then polls it when --poll-repository is set), the HTTP pool (http.h),
-// one signal thread (SIGTERM/SIGINT are blocked everywhere else and taken with sigwait), and each model
-// version's runners (scheduler.h). Shutdown: a signal stops accepting; every accepted request is answered;
-// exit 0, or 1 when --exit-timeout-secs passed first.
+// gRPC's pool and a thread waiting on it (grpc_server.h), one signal thread (SIGTERM/SIGINT are blocked
+// everywhere else and taken with sigwait), and each model version's runners (scheduler.h). Shutdown: a
+// signal stops accepting; every accepted request is answered; exit 0, or 1 when --exit-timeout-secs passed
+// first.
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -13,9 +14,13 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <thread>
 
+#ifdef AOTC_WITH_GRPC
+#include "grpc_server.h"
+#endif
 #include "http.h"
 #include "model.h"
 #include "options.h"
@@ -98,12 +103,33 @@ int main(int argc, char** argv) {
     return 1;
   }
   log_line("listening on http://" + options.host + ":" + std::to_string(port));
+#ifdef AOTC_WITH_GRPC
+  std::unique_ptr<GrpcServer> grpc;
+  if (options.grpc_port >= 0) {
+    grpc = std::make_unique<GrpcServer>(options, state);
+    try {
+      port = grpc->bind();
+    } catch (const std::exception& e) {
+      log_line(std::string("error: ") + e.what());
+      return 1;
+    }
+    log_line("listening on grpc://" + options.host + ":" + std::to_string(port));
+  }
+#else
+  if (options.grpc_port >= 0) log_line("no gRPC endpoint: this aotc-server was built with AOTC_GRPC=OFF");
+#endif
 
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
   bool answered_all = true;
+  bool grpc_answered_all = true;
   std::thread server([&] { answered_all = http.serve(); });
+  std::thread grpc_server([&] {
+#ifdef AOTC_WITH_GRPC
+    if (grpc) grpc_answered_all = grpc->serve();
+#endif
+  });
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -115,6 +141,9 @@ int main(int argc, char** argv) {
     }
     cv.notify_all();
     http.stop();
+#ifdef AOTC_WITH_GRPC
+    if (grpc) grpc->stop();
+#endif
   });
 
   repo.load_all();
@@ -147,8 +176,9 @@ int main(int argc, char** argv) {
     }
   }
   server.join();
+  grpc_server.join();
   waiter.join();
-  if (!answered_all) {
+  if (!answered_all || !grpc_answered_all) {
     log_line("exit timeout: " + std::to_string(options.exit_timeout_s) +
              " s passed with requests still running (--exit-timeout-secs); exiting");
     std::fflush(nullptr);

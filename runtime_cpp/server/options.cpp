@@ -3,6 +3,7 @@
 #include "options.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -20,6 +21,17 @@ const char* usage() {
          "                           several top-level .pt2 files: each file's stem); ignored for a repository\n"
          "  --http-port P            port to listen on (default 8000; 0 = any free port)\n"
          "  --host H                 address to bind (default 127.0.0.1)\n"
+         "  --grpc-port P            port of the gRPC endpoint (KServe v2 / Triton GRPCInferenceService; default\n"
+         "                           8001; 0 = any free port; -1 = none)\n"
+         "  --grpc-infer-response-compression-level L\n"
+         "                           none (default), low, medium or high: gRPC inference answers compressed\n"
+         "  --grpc-keepalive-time MS  gRPC keep-alive ping interval (default 7200000)\n"
+         "  --grpc-keepalive-timeout MS  close a gRPC connection whose ping goes unanswered this long (default 20000)\n"
+         "  --grpc-keepalive-permit-without-calls  allow keep-alive pings on gRPC connections with no call open\n"
+         "  --grpc-http2-max-pings-without-data N  pings sent without data before more data (default 2; 0: no cap)\n"
+         "  --grpc-http2-min-recv-ping-interval-without-data MS  a client's pings closer than this count as strikes\n"
+         "                           (default 300000)\n"
+         "  --grpc-http2-max-ping-strikes N  strikes before the connection is closed (default 2; 0: none)\n"
          "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/* (a key on\n"
          "                           the command line shows in /proc/PID/cmdline: prefer the two below)\n"
          "  --api-key-file PATH      the same, the key being the first line of PATH (not with --api-key);\n"
@@ -82,21 +94,27 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     }
     if (flag == "--help" || flag == "-h") { *help = true; return o; }
     static const char* const kSwitches[] = {"--log-requests", "--no-cuda-graphs", "--allow-shared-memory",
-                                            "--no-strict-readiness", "--exit-on-error"};
+                                            "--no-strict-readiness", "--exit-on-error",
+                                            "--grpc-keepalive-permit-without-calls"};
     if (std::find(std::begin(kSwitches), std::end(kSwitches), flag) != std::end(kSwitches)) {
       if (inline_value) throw std::invalid_argument(flag + " takes no value; see --help");
       if (flag == "--log-requests") o.log_requests = true;
       else if (flag == "--no-cuda-graphs") o.cuda_graphs = false;
       else if (flag == "--allow-shared-memory") o.allow_shared_memory = true;
       else if (flag == "--no-strict-readiness") o.strict_readiness = false;
-      else o.exit_on_error = true;
+      else if (flag == "--exit-on-error") o.exit_on_error = true;
+      else o.grpc_keepalive_permit_without_calls = true;
       continue;
     }
     static const char* const kValued[] = {"--model-repository", "--model-name", "--http-port", "--host", "--api-key",
                                           "--api-key-file", "--poll-repository", "--max-body-bytes",
                                           "--http-threads", "--keep-alive-timeout", "--header-timeout",
                                           "--body-timeout", "--max-connections", "--exit-timeout-secs",
-                                          "--device-index", "--intra-op-threads", "--busy-poll-us"};
+                                          "--device-index", "--intra-op-threads", "--busy-poll-us", "--grpc-port",
+                                          "--grpc-infer-response-compression-level", "--grpc-keepalive-time",
+                                          "--grpc-keepalive-timeout", "--grpc-http2-max-pings-without-data",
+                                          "--grpc-http2-min-recv-ping-interval-without-data",
+                                          "--grpc-http2-max-ping-strikes"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw std::invalid_argument("unknown option '" + flag + "'; see --help");
     if (!inline_value) {
@@ -131,6 +149,22 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--device-index") o.device_index = static_cast<int>(to_int(flag, value, -1, 127));
     else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
     else if (flag == "--busy-poll-us") o.busy_poll_us = static_cast<int>(to_int(flag, value, 0, 1000000));
+    else if (flag == "--grpc-port") o.grpc_port = static_cast<int>(to_int(flag, value, -1, 65535));
+    else if (flag == "--grpc-infer-response-compression-level") {
+      static const char* const kLevels[] = {"none", "low", "medium", "high"};
+      auto it = std::find(std::begin(kLevels), std::end(kLevels), value);
+      if (it == std::end(kLevels))
+        throw std::invalid_argument(flag + " expects none, low, medium or high, got '" + value + "'");
+      o.grpc_response_compression = static_cast<int>(it - std::begin(kLevels));
+    }
+    else if (flag == "--grpc-keepalive-time") o.grpc_keepalive_time_ms = static_cast<int>(to_int(flag, value, 1, INT32_MAX));
+    else if (flag == "--grpc-keepalive-timeout") o.grpc_keepalive_timeout_ms = static_cast<int>(to_int(flag, value, 1, INT32_MAX));
+    else if (flag == "--grpc-http2-max-pings-without-data")
+      o.grpc_http2_max_pings_without_data = static_cast<int>(to_int(flag, value, 0, INT32_MAX));
+    else if (flag == "--grpc-http2-min-recv-ping-interval-without-data")
+      o.grpc_http2_min_recv_ping_interval_without_data_ms = static_cast<int>(to_int(flag, value, 0, INT32_MAX));
+    else if (flag == "--grpc-http2-max-ping-strikes")
+      o.grpc_http2_max_ping_strikes = static_cast<int>(to_int(flag, value, 0, INT32_MAX));
     else throw std::invalid_argument("unknown option '" + flag + "'; see --help");
   }
   if (o.model_repository.empty()) throw std::invalid_argument("--model-repository DIR is required; see --help");

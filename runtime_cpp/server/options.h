@@ -32,6 +32,16 @@ struct ServerOptions {
   bool cuda_graphs = true;                  // CUDA packages: replay a CUDA graph per batch bucket
   int intra_op_threads = 0;                 // > 0: at::set_num_threads before any model loads; 0: torch's default
   bool allow_shared_memory = false;         // Triton's system shared memory extension (shared_memory.h)
+  // gRPC (grpc_server.h): the port (0 any free one, -1 no endpoint), answers' compression (0 none, 1 low,
+  // 2 medium, 3 high: grpc_compression_level), and keep-alive as Triton's flags of the same names set them.
+  int grpc_port = 8001;
+  int grpc_response_compression = 0;
+  int grpc_keepalive_time_ms = 7200000;
+  int grpc_keepalive_timeout_ms = 20000;
+  bool grpc_keepalive_permit_without_calls = false;
+  int grpc_http2_max_pings_without_data = 2;
+  int grpc_http2_min_recv_ping_interval_without_data_ms = 300000;
+  int grpc_http2_max_ping_strikes = 2;
   int busy_poll_us = 0;                     // > 0: after an answer, its thread reads for the next request this
                                             // long before it sleeps (latency at low load for CPU time)
 };

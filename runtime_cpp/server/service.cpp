@@ -106,9 +106,11 @@ void cpu_metrics(std::ostringstream& out) {
 
 }  // namespace
 
-InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
-  const ModelInfo& info = sched.info();
-  shm.resolve(request, info.pin_host_io);
+namespace {
+
+// A request validated and ready to queue: what to queue, and what the answer needs afterwards.
+struct Pending {
+  InferRequest request;  // its inputs moved out into `inputs`; its shared memory references kept
   std::vector<Tensor> inputs;
   struct Wanted {
     size_t index;
@@ -116,54 +118,64 @@ InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRe
     std::optional<SharedMemoryRef> shm;
   };
   std::vector<Wanted> wanted;
+  std::vector<bool> keep;
+  std::vector<OutputSink> sinks;
+};
+
+Pending prepare(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
+  const ModelInfo& info = sched.info();
+  Pending p;
+  shm.resolve(request, info.pin_host_io);
   try {
-    inputs = validate(info, request.inputs);
+    p.inputs = validate(info, request.inputs);
     std::set<std::string> asked;
     for (const auto& o : request.outputs) {
       auto it = std::find_if(info.outputs.begin(), info.outputs.end(), [&](const TensorInfo& s) { return s.name == o.name; });
       if (it == info.outputs.end())
         throw bad_request("unknown output '" + o.name + "'; model '" + info.name + "' returns " + names(info.outputs));
       if (!asked.insert(o.name).second) throw bad_request("output '" + o.name + "' is requested twice");
-      wanted.push_back({static_cast<size_t>(it - info.outputs.begin()),
-                        o.binary.value_or(request.binary_output_default), o.shm});
+      p.wanted.push_back({static_cast<size_t>(it - info.outputs.begin()),
+                          o.binary.value_or(request.binary_output_default), o.shm});
     }
   } catch (const ServeError&) {
     sched.record_failure("REJECTED");
     throw;
   }
   if (request.outputs.empty())
-    for (size_t i = 0; i < info.outputs.size(); ++i) wanted.push_back({i, request.binary_output_default, {}});
+    for (size_t i = 0; i < info.outputs.size(); ++i) p.wanted.push_back({i, request.binary_output_default, {}});
 
   // Only the outputs asked for come back from the model: a CUDA package copies no others to the host.
-  std::vector<bool> keep;
   if (!request.outputs.empty()) {
-    keep.assign(info.outputs.size(), false);
-    for (const auto& w : wanted) keep[w.index] = true;
+    p.keep.assign(info.outputs.size(), false);
+    for (const auto& w : p.wanted) p.keep[w.index] = true;
   }
   // Outputs asked for in shared memory: the model call writes them there itself (a CUDA model straight from
   // the device), leaving no copy to make here.
-  std::vector<OutputSink> sinks;
-  for (const auto& w : wanted)
-    if (w.shm && w.shm->data) sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
-  std::vector<Tensor> outs = sched.infer(std::move(inputs), request.timeout_us, std::move(keep), std::move(sinks));
+  for (const auto& w : p.wanted)
+    if (w.shm && w.shm->data) p.sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
+  p.request = std::move(request);
+  return p;
+}
+
+InferResponse complete(const ModelInfo& info, Pending& p, std::vector<Tensor> outs, const SharedMemoryRegistry& shm) {
   InferResponse r;
   r.model_name = info.name;
   r.model_version = info.version;
-  r.id = std::move(request.id);
-  for (auto& [i, binary, shm] : wanted) {
+  r.id = std::move(p.request.id);
+  for (auto& [i, binary, out_shm] : p.wanted) {
     if (i >= outs.size()) throw ServeError(500, "the model returned " + std::to_string(outs.size()) + " outputs, its manifest names " + std::to_string(info.outputs.size()));
     OutputTensor o;
     o.tensor = std::move(outs[i]);
     o.tensor.name = info.outputs[i].name;
-    if (shm) {
-      if (!shm->data) throw ServeError(500, "output '" + o.tensor.name + "': its shared memory region was not resolved");
+    if (out_shm) {
+      if (!out_shm->data) throw ServeError(500, "output '" + o.tensor.name + "': its shared memory region was not resolved");
       const size_t n = o.tensor.bytes.size();
-      if (n > shm->byte_size)
+      if (n > out_shm->byte_size)
         throw bad_request("output '" + o.tensor.name + "' " + shape_str(o.tensor.shape) + " is " + std::to_string(n) +
-                          " bytes, shared_memory_byte_size gives it " + std::to_string(shm->byte_size) +
-                          " in region '" + shm->region + "'");
-      if (o.tensor.bytes.data() != shm->data.get()) std::memcpy(shm->data.get(), o.tensor.bytes.data(), n);
-      o.shm = std::move(shm);
+                          " bytes, shared_memory_byte_size gives it " + std::to_string(out_shm->byte_size) +
+                          " in region '" + out_shm->region + "'");
+      if (o.tensor.bytes.data() != out_shm->data.get()) std::memcpy(out_shm->data.get(), o.tensor.bytes.data(), n);
+      o.shm = std::move(out_shm);
       r.outputs.push_back(std::move(o));
       continue;
     }
@@ -171,8 +183,37 @@ InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRe
     o.binary = binary || o.tensor.type == WireType::FP16 || o.tensor.type == WireType::BF16;
     r.outputs.push_back(std::move(o));
   }
-  shm.verify(request);  // a region whose object shrank during the call: what it read or wrote there is lost
+  shm.verify(p.request);  // a region whose object shrank during the call: what it read or wrote there is lost
   return r;
+}
+
+}  // namespace
+
+InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
+  Pending p = prepare(sched, std::move(request), shm);
+  std::vector<Tensor> outs = sched.infer(std::move(p.inputs), p.request.timeout_us, std::move(p.keep), std::move(p.sinks));
+  return complete(sched.info(), p, std::move(outs), shm);
+}
+
+std::shared_ptr<Scheduler::Job> submit(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm,
+                                       Answered done) {
+  auto p = std::make_shared<Pending>(prepare(sched, std::move(request), shm));
+  std::vector<Tensor> inputs = std::move(p->inputs);
+  const ModelInfo* info = &sched.info();
+  const SharedMemoryRegistry* registry = &shm;
+  return sched.submit(std::move(inputs), std::move(p->keep), std::move(p->sinks),
+                      [p, info, registry, done = std::move(done)](Scheduler::Outcome o) {
+                        if (o.error) return done({}, std::move(o.error));
+                        InferResponse r;
+                        try {
+                          r = complete(*info, *p, std::move(o.outputs), *registry);
+                        } catch (const ServeError& e) {
+                          return done({}, e);
+                        } catch (const std::exception& e) {
+                          return done({}, ServeError(500, std::string("internal error: ") + e.what()));
+                        }
+                        done(std::move(r), std::nullopt);
+                      });
 }
 
 InferRequest raw_request(const ModelInfo& info, std::string body) {

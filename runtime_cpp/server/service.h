@@ -2,9 +2,12 @@
 // manifest, runs it, shapes the response; renders Prometheus metrics. No HTTP and no JSON here.
 //
 // Stateless functions over schedulers and a Repository (borrowed for the call); thread-safe. infer() blocks
-// until the answer is ready.
+// until the answer is ready; submit() calls back with it.
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "repository.h"
@@ -19,6 +22,16 @@ namespace aotc::server::service {
 // dim), then queues it on `scheduler`, the one the route looked up. Throws ServeError (400/403/503/500) with
 // one line.
 InferResponse infer(Scheduler& scheduler, InferRequest request, const SharedMemoryRegistry& shm);
+
+// The answer to a submitted request: the response, or the error it gets.
+using Answered = std::function<void(InferResponse, std::optional<ServeError>)>;
+// infer() without the wait, for a transport that does not park a thread per request: validates (throwing
+// as infer() does, without calling `done`), queues, and calls `done` exactly once from the thread that ran the
+// model (maybe this one). The caller keeps `scheduler` and `shm` alive until then, and drops the scheduler on
+// a thread of its own, never inside `done` (a runner cannot join itself). The request's timeout is the
+// caller's: Scheduler::cancel the returned job when it passes.
+std::shared_ptr<Scheduler::Job> submit(Scheduler& scheduler, InferRequest request, const SharedMemoryRegistry& shm,
+                                       Answered done);
 
 // `Inference-Header-Content-Length: 0`: the whole body is the bytes of the model's single input; its one
 // dynamic dim (if any) is inferred from the byte count. Fills everything but `model`/`version`.

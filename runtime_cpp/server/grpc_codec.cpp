@@ -1,0 +1,190 @@
+// The inference part of the gRPC codec (grpc_codec.h): ModelInferRequest -> InferRequest, InferResponse ->
+// ModelInferResponse, and the status mapping. Input bytes are views of the request message (no copy); typed
+// contents are converted element by element into the declared datatype with a range check.
+#include "grpc_codec.h"
+
+#include <cstring>
+#include <limits>
+
+namespace aotc::server::grpc_codec {
+namespace {
+
+using inference::InferParameter;
+using Params = google::protobuf::Map<std::string, InferParameter>;
+
+std::optional<int64_t> int_param(const Params& params, const char* key, const std::string& where) {
+  auto it = params.find(key);
+  if (it == params.end()) return std::nullopt;
+  if (it->second.parameter_choice_case() != InferParameter::kInt64Param)
+    throw bad_request(where + ": parameter '" + key + "' must be an integer (int64_param)");
+  return it->second.int64_param();
+}
+
+// Triton's shared-memory parameters: region and byte size together (offset optional), or neither.
+std::optional<SharedMemoryRef> shm_param(const Params& params, const std::string& where) {
+  auto region = params.find("shared_memory_region");
+  auto size = int_param(params, "shared_memory_byte_size", where);
+  auto offset = int_param(params, "shared_memory_offset", where);
+  if (region == params.end()) {
+    if (size || offset) throw bad_request(where + ": shared_memory_byte_size/offset without shared_memory_region");
+    return std::nullopt;
+  }
+  if (region->second.parameter_choice_case() != InferParameter::kStringParam)
+    throw bad_request(where + ": parameter 'shared_memory_region' must be a string (string_param)");
+  if (!size) throw bad_request(where + ": shared_memory_region needs shared_memory_byte_size");
+  if (*size < 0 || offset.value_or(0) < 0)
+    throw bad_request(where + ": shared_memory_byte_size and shared_memory_offset must not be negative");
+  SharedMemoryRef r;
+  r.region = region->second.string_param();
+  r.byte_size = static_cast<uint64_t>(*size);
+  r.offset = static_cast<uint64_t>(offset.value_or(0));
+  return r;
+}
+
+template <typename T, typename Src>
+void put_all(std::string& out, const Src& values, const std::string& where, const char* type) {
+  out.reserve(static_cast<size_t>(values.size()) * sizeof(T));
+  for (auto v : values) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (v < static_cast<decltype(v)>(std::numeric_limits<T>::min()) ||
+          static_cast<long double>(v) > static_cast<long double>(std::numeric_limits<T>::max()))
+        throw bad_request(where + ": value " + std::to_string(v) + " is out of range for " + type);
+    }
+    T t = static_cast<T>(v);
+    out.append(reinterpret_cast<const char*>(&t), sizeof t);
+  }
+}
+
+// The typed contents of `in` as bytes of its datatype; the element count they hold.
+uint64_t typed_bytes(const inference::InferTensorContents& c, WireType t, const std::string& where, std::string& out) {
+  const char* name = wire_type_name(t);
+  switch (t) {
+    case WireType::BOOL: put_all<bool>(out, c.bool_contents(), where, name); return c.bool_contents_size();
+    case WireType::INT8: put_all<int8_t>(out, c.int_contents(), where, name); return c.int_contents_size();
+    case WireType::INT16: put_all<int16_t>(out, c.int_contents(), where, name); return c.int_contents_size();
+    case WireType::INT32: put_all<int32_t>(out, c.int_contents(), where, name); return c.int_contents_size();
+    case WireType::INT64: put_all<int64_t>(out, c.int64_contents(), where, name); return c.int64_contents_size();
+    case WireType::UINT8: put_all<uint8_t>(out, c.uint_contents(), where, name); return c.uint_contents_size();
+    case WireType::UINT16: put_all<uint16_t>(out, c.uint_contents(), where, name); return c.uint_contents_size();
+    case WireType::UINT32: put_all<uint32_t>(out, c.uint_contents(), where, name); return c.uint_contents_size();
+    case WireType::UINT64: put_all<uint64_t>(out, c.uint64_contents(), where, name); return c.uint64_contents_size();
+    case WireType::FP32: put_all<float>(out, c.fp32_contents(), where, name); return c.fp32_contents_size();
+    case WireType::FP64: put_all<double>(out, c.fp64_contents(), where, name); return c.fp64_contents_size();
+    case WireType::BYTES:
+      for (const std::string& s : c.bytes_contents()) {  // the binary form: a 4-byte little-endian length each
+        uint32_t n = static_cast<uint32_t>(s.size());
+        out.append(reinterpret_cast<const char*>(&n), 4);
+        out.append(s);
+      }
+      return c.bytes_contents_size();
+    case WireType::FP16:
+    case WireType::BF16:
+      break;
+  }
+  throw bad_request(where + ": " + name + " has no typed contents; send it in raw_input_contents");
+}
+
+bool has_typed(const inference::InferTensorContents& c) {
+  return c.bool_contents_size() || c.int_contents_size() || c.int64_contents_size() || c.uint_contents_size() ||
+         c.uint64_contents_size() || c.fp32_contents_size() || c.fp64_contents_size() || c.bytes_contents_size();
+}
+
+}  // namespace
+
+InferRequest parse_infer_request(const inference::ModelInferRequest& m, std::shared_ptr<const void> owner) {
+  InferRequest req;
+  req.model = m.model_name();
+  req.version = m.model_version();
+  if (!m.id().empty()) req.id = m.id();
+  req.timeout_us = int_param(m.parameters(), "timeout", "the request");
+  const int raw = m.raw_input_contents_size();
+  if (raw > 0 && raw != m.inputs_size())
+    throw bad_request("the request has " + std::to_string(m.inputs_size()) + " inputs and " + std::to_string(raw) +
+                      " raw_input_contents; send one raw entry per input, or none and typed contents");
+  for (int i = 0; i < m.inputs_size(); ++i) {
+    const auto& in = m.inputs(i);
+    Tensor t;
+    t.name = in.name();
+    std::string where = "input '" + t.name + "'";
+    auto type = wire_type_from_name(in.datatype());
+    if (!type)
+      throw bad_request(where + ": unknown datatype '" + in.datatype() +
+                        "'; expected one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES");
+    t.type = *type;
+    if (in.shape_size() > 32)
+      throw bad_request(where + ": shape has " + std::to_string(in.shape_size()) + " dims; at most 32 are supported");
+    for (int64_t d : in.shape()) {
+      if (d < 0) throw bad_request(where + ": shape dims must be non-negative integers");
+      t.shape.push_back(d);
+    }
+    auto count = element_count(t.shape, std::numeric_limits<uint32_t>::max() * uint64_t(16));
+    if (!count) throw bad_request(where + ": shape " + shape_str(t.shape) + " is too large");
+    const uint64_t need = *count * wire_type_size(t.type);
+    const std::string dt = in.datatype();
+    auto shm = shm_param(in.parameters(), where);
+    const bool typed = in.has_contents() && has_typed(in.contents());
+    if (shm) {
+      if (raw > 0 || typed) throw bad_request(where + ": has shared memory and also contents; send one");
+      if (t.type != WireType::BYTES && need != shm->byte_size)
+        throw bad_request(where + ": shape " + shape_str(t.shape) + " of " + dt + " needs " + std::to_string(need) +
+                          " bytes, shared_memory_byte_size is " + std::to_string(shm->byte_size));
+      req.input_shm[req.inputs.size()] = std::move(*shm);
+    } else if (raw > 0) {
+      if (typed) throw bad_request(where + ": has both contents and raw_input_contents; send one");
+      const std::string& bytes = m.raw_input_contents(i);
+      if (t.type != WireType::BYTES && need != bytes.size())
+        throw bad_request(where + ": shape " + shape_str(t.shape) + " of " + dt + " needs " + std::to_string(need) +
+                          " bytes, raw_input_contents[" + std::to_string(i) + "] has " + std::to_string(bytes.size()));
+      t.bytes = Bytes(owner, bytes.data(), bytes.size());
+    } else {
+      if (!in.has_contents()) throw bad_request(where + ": has neither contents nor raw_input_contents");
+      std::string bytes;
+      uint64_t got = typed_bytes(in.contents(), t.type, where, bytes);
+      if (got != *count)
+        throw bad_request(where + ": shape " + shape_str(t.shape) + " needs " + std::to_string(*count) +
+                          " elements, its contents have " + std::to_string(got));
+      t.bytes = Bytes(std::move(bytes));
+    }
+    req.inputs.push_back(std::move(t));
+  }
+  for (const auto& o : m.outputs()) {
+    RequestedOutput r;
+    r.name = o.name();
+    r.shm = shm_param(o.parameters(), "output '" + o.name() + "'");
+    req.outputs.push_back(std::move(r));
+  }
+  req.binary_output_default = true;
+  return req;
+}
+
+void write_infer_response(const InferResponse& r, inference::ModelInferResponse& out) {
+  out.set_model_name(r.model_name);
+  out.set_model_version(r.model_version);
+  if (r.id) out.set_id(*r.id);
+  for (const auto& o : r.outputs) {
+    auto* t = out.add_outputs();
+    t->set_name(o.tensor.name);
+    t->set_datatype(wire_type_name(o.tensor.type));
+    for (int64_t d : o.tensor.shape) t->add_shape(d);
+    std::string* raw = out.add_raw_output_contents();
+    if (!o.shm) raw->assign(o.tensor.bytes.data(), o.tensor.bytes.size());
+  }
+}
+
+grpc::Status status_of(const ServeError& e) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (e.status()) {
+    case 400: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case 401: code = grpc::StatusCode::UNAUTHENTICATED; break;
+    case 403: code = grpc::StatusCode::PERMISSION_DENIED; break;
+    case 404: code = grpc::StatusCode::NOT_FOUND; break;
+    case 408: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case 413: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case 501: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case 503: code = grpc::StatusCode::UNAVAILABLE; break;
+    default: break;
+  }
+  return grpc::Status(code, e.message());
+}
+
+}  // namespace aotc::server::grpc_codec

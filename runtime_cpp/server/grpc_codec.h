@@ -1,0 +1,49 @@
+// The gRPC codec: KServe v2 / Triton protobuf messages (proto/grpc_service.proto) <-> aotc-server's native
+// types, as codec.h is for JSON. The only files that see the generated messages besides grpc_server.cpp.
+//
+// Parsers check every claim (datatype, shape, byte count, content count) against what is there and throw
+// ServeError(400) with the same one-line wording as the HTTP codec, so both transports refuse alike. Pure
+// functions; thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_shared_memory.h"
+#include "grpc_service.pb.h"
+#include "types.h"
+
+namespace aotc::server::grpc_codec {
+
+// A ModelInferRequest as an InferRequest (model and version included). The input tensors view the bytes of
+// `message`, which `owner` keeps alive; the caller keeps `owner` until the request is answered.
+InferRequest parse_infer_request(const inference::ModelInferRequest& message, std::shared_ptr<const void> owner);
+
+// Fills `out` from a response: every output's name, datatype and shape, and its bytes in
+// raw_output_contents (index-aligned; an output written to shared memory gets an empty entry, no parameters).
+void write_infer_response(const InferResponse& response, inference::ModelInferResponse& out);
+
+// ServeError's HTTP status as a gRPC status code, the message unchanged.
+grpc::Status status_of(const ServeError& e);
+
+void write_server_metadata(const ServerInfo& info, inference::ServerMetadataResponse& out);
+void write_model_metadata(const ModelInfo& info, const std::vector<std::string>& versions,
+                          inference::ModelMetadataResponse& out);
+void write_model_config(const ModelInfo& info, const ModelConfig& config, inference::ModelConfig& out);
+void write_stats(const std::vector<ModelStats>& stats, inference::ModelStatisticsResponse& out);
+void write_repository_index(const std::vector<VersionState>& states, inference::RepositoryIndexResponse& out);
+
+// A load request's config override (the 'config' parameter, JSON text); nullopt: none. Throws 400 for any
+// other parameter or a config that is not a string (codec::check_load_parameter's rules).
+std::optional<std::string> parse_load_request(const inference::RepositoryModelLoadRequest& message);
+
+SharedMemoryRegion parse_shm_register(const inference::SystemSharedMemoryRegisterRequest& message);
+void write_shm_status(const std::vector<SharedMemoryRegion>& regions, inference::SystemSharedMemoryStatusResponse& out);
+CudaSharedMemoryRegion parse_cuda_shm_register(const inference::CudaSharedMemoryRegisterRequest& message);
+void write_cuda_shm_status(const std::vector<CudaSharedMemoryRegion>& regions,
+                           inference::CudaSharedMemoryStatusResponse& out);
+
+}  // namespace aotc::server::grpc_codec

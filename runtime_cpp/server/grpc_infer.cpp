@@ -1,0 +1,209 @@
+// The gRPC inference RPCs (grpc_server.h): ModelInfer as a unary reactor, ModelStreamInfer as a
+// bidirectional one with back-pressure, both queued on the model's scheduler without a thread per call.
+#include <deque>
+
+#include "grpc_impl.h"
+
+namespace aotc::server {
+
+void GrpcServer::Impl::infer(const pb::ModelInferRequest& message, std::shared_ptr<const void> owner,
+                             std::shared_ptr<Scheduler>& sched, service::Answered done) {
+  // `sched` belongs to the caller's call, which may be gone once `done` has run (inline, or on a runner
+  // before submit returns): after submit, only this copy is used.
+  std::shared_ptr<Scheduler> mine = repo.get(message.model_name(), message.model_version());
+  sched = mine;
+  InferRequest request = grpc_codec::parse_infer_request(message, std::move(owner));
+  const std::optional<int64_t> timeout = request.timeout_us;
+  const auto deadline = Clock::now() + std::chrono::microseconds(timeout.value_or(0));
+  auto job = service::submit(*mine, std::move(request), state.shm(), std::move(done));
+  if (timeout && *timeout >= 0)
+    timers.add(deadline, [weak_sched = std::weak_ptr<Scheduler>(mine), weak_job = std::weak_ptr<Scheduler::Job>(job),
+                          us = *timeout] {
+      auto s = weak_sched.lock();
+      auto j = weak_job.lock();
+      if (s && j) s->cancel(j, us);
+    });
+}
+
+namespace {
+
+// One ModelInfer: alive from the RPC's start until gRPC is done with it (OnDone), which holds the scheduler so
+// that it is released on a gRPC thread. Nothing touches the call after Finish: OnDone may run at once.
+class InferCall final : public ServerUnaryReactor {
+ public:
+  InferCall(GrpcServer::Impl& s, CallbackServerContext* ctx, const pb::ModelInferRequest* q, pb::ModelInferResponse* r)
+      : s_(s), ctx_(ctx), q_(q), r_(r) {}
+
+  void start() {
+    try {
+      s_.check_auth(ctx_);
+      if (s_.options.grpc_response_compression > 0)
+        ctx_->set_compression_level(static_cast<grpc_compression_level>(s_.options.grpc_response_compression));
+      // The input bytes are views of *q_, which gRPC keeps until this call is done.
+      s_.infer(*q_, std::shared_ptr<const void>(std::shared_ptr<void>(), q_), sched_,
+               [this](InferResponse resp, std::optional<ServeError> error) {
+                 if (error) return Finish(grpc_codec::status_of(*error));
+                 grpc_codec::write_infer_response(resp, *r_);
+                 Finish(Status::OK);
+               });
+    } catch (const ServeError& e) {
+      Finish(grpc_codec::status_of(e));
+    } catch (const std::exception& e) {
+      Finish(Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()));
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  GrpcServer::Impl& s_;
+  CallbackServerContext* ctx_;
+  const pb::ModelInferRequest* q_;
+  pb::ModelInferResponse* r_;
+  std::shared_ptr<Scheduler> sched_;
+};
+
+// ModelStreamInfer: reads requests, queues each, writes one response per request as answers come (in the
+// order they are ready), one write at a time. At most kStreamInFlight requests are unanswered; the next read
+// waits for an answer to be written. Finishes once the client is done sending and every request is answered.
+class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse> {
+ public:
+  InferStream(GrpcServer::Impl& s, CallbackServerContext* ctx) : s_(s) {
+    try {
+      s_.check_auth(ctx);
+    } catch (const ServeError& e) {
+      finished_ = true;
+      Finish(grpc_codec::status_of(e));
+      return;
+    }
+    read_next();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      std::unique_lock<std::mutex> lock(mu_);
+      reads_done_ = true;
+      finish_if_done(lock);
+      return;
+    }
+    // The Out goes to the callback, which hands it to the write queue; the scheduler stays with it, so that
+    // it is released when the write is done, on a gRPC thread. Refused before it was queued, the callback
+    // was never called and the Out is still in `held`.
+    auto held = std::make_shared<std::unique_ptr<Out>>(std::make_unique<Out>());
+    Out* o = held->get();
+    o->message = std::move(reading_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++in_flight_;
+    }
+    try {
+      s_.infer(*o->message, o->message, o->sched, [this, held](InferResponse resp, std::optional<ServeError> error) {
+        std::unique_ptr<Out> mine = std::move(*held);
+        if (error) answer_error(*mine, *error);
+        else grpc_codec::write_infer_response(resp, *mine->response.mutable_infer_response());
+        push(std::move(mine));
+      });
+    } catch (const ServeError& e) {
+      refuse(std::move(*held), e);
+    } catch (const std::exception& e) {
+      refuse(std::move(*held), ServeError(500, std::string("internal error: ") + e.what()));
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (in_flight_ < GrpcServer::kStreamInFlight) {
+      lock.unlock();
+      read_next();
+    } else {
+      paused_ = true;
+    }
+  }
+
+  void OnWriteDone(bool) override {
+    std::unique_ptr<Out> written;
+    Out* next = nullptr;
+    bool resume = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      written = std::move(queue_.front());
+      queue_.pop_front();
+      --in_flight_;
+      if (paused_ && !reads_done_) {
+        paused_ = false;
+        resume = true;
+      }
+      if (!queue_.empty()) next = queue_.front().get();
+      else writing_ = false;
+      if (!next && !resume) finish_if_done(lock);
+    }
+    if (next) StartWrite(&next->response);
+    if (resume) read_next();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Out {
+    std::shared_ptr<pb::ModelInferRequest> message;
+    std::shared_ptr<Scheduler> sched;
+    pb::ModelStreamInferResponse response;
+  };
+
+  void read_next() {
+    reading_ = std::make_shared<pb::ModelInferRequest>();
+    StartRead(reading_.get());
+  }
+
+  static void answer_error(Out& out, const ServeError& e) {
+    out.response.set_error_message(e.message());
+    auto* r = out.response.mutable_infer_response();
+    r->set_model_name(out.message->model_name());
+    r->set_model_version(out.message->model_version());
+    r->set_id(out.message->id());
+  }
+
+  void refuse(std::unique_ptr<Out> out, const ServeError& e) {
+    answer_error(*out, e);
+    push(std::move(out));
+  }
+
+  void push(std::unique_ptr<Out> out) {
+    Out* start = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(out));
+      if (!writing_) {
+        writing_ = true;
+        start = queue_.back().get();
+      }
+    }
+    if (start) StartWrite(&start->response);
+  }
+
+  // With mu_ held: Finish once the client is done sending and every request's answer is written.
+  void finish_if_done(std::unique_lock<std::mutex>& lock) {
+    if (finished_ || !reads_done_ || in_flight_ > 0 || writing_) return;
+    finished_ = true;
+    lock.unlock();
+    Finish(Status::OK);
+  }
+
+  GrpcServer::Impl& s_;
+  std::mutex mu_;
+  std::shared_ptr<pb::ModelInferRequest> reading_;
+  std::deque<std::unique_ptr<Out>> queue_;  // answers to write; the front one is being written
+  int in_flight_ = 0;                       // read and not yet written
+  bool reads_done_ = false, writing_ = false, paused_ = false, finished_ = false;
+};
+
+}  // namespace
+
+ServerUnaryReactor* GrpcServer::Impl::ModelInfer(CallbackServerContext* ctx, const pb::ModelInferRequest* q,
+                                                 pb::ModelInferResponse* r) {
+  auto* call = new InferCall(*this, ctx, q, r);
+  call->start();
+  return call;
+}
+
+grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* GrpcServer::Impl::ModelStreamInfer(
+    CallbackServerContext* ctx) {
+  return new InferStream(*this, ctx);
+}
+}  // namespace aotc::server

@@ -1,0 +1,400 @@
+"""The Open Inference Protocol over gRPC (KServe v2 / Triton's inference.GRPCInferenceService) against
+aotc-server, black box: a real process on real exported packages (tests/conftest.py), spoken to with
+tritonclient.grpc (sync, aio, streaming) and with raw ModelInferRequests through grpc's own stub (typed
+contents, every kind of malformed request, each followed by a good one that must succeed). Metadata, config,
+index and statistics over gRPC carry what HTTP answers; a request counted over gRPC shows in HTTP's /stats and
+/metrics; an error has the contract's status for HTTP's and the text of HTTP's {"error": ...} for the same
+request. Shared memory, repository control, HTTP beside gRPC and the gRPC flags: tests/test_server_grpc.py.
+One server per module; every call has a client timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+
+import numpy as np
+import pytest
+
+from launch import Server
+from test_protocol import binary_body, close, simple_inputs
+from test_protocol import mlp_sample  # noqa: F401 (fixture: 4 rows of the MLP's sample, eager outputs)
+from test_server import metric
+
+grpc = pytest.importorskip("grpc")
+grpcclient = pytest.importorskip("tritonclient.grpc")
+from google.protobuf import json_format  # noqa: E402
+from tritonclient.grpc import model_config_pb2 as mc  # noqa: E402
+from tritonclient.grpc import service_pb2 as pb  # noqa: E402
+from tritonclient.grpc import service_pb2_grpc  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+T = 30  # seconds: the client timeout of every call
+DATATYPE = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
+NUMPY = {v: k for k, v in DATATYPE.items()}
+
+
+@pytest.fixture(scope="module")
+def srv(model_repository):
+    with Server("cpp", model_repository, "--allow-shared-memory") as s:
+        if s.grpc_url is None and "AOTC_GRPC=OFF" in s.log():
+            pytest.skip("this aotc-server was built without its gRPC endpoint (AOTC_GRPC=OFF)")
+        assert s.grpc_url and f"listening on grpc://127.0.0.1:{s.grpc_port}" in s.log(), s.log()
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(srv):
+    c = grpcclient.InferenceServerClient(srv.grpc_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def stub(srv):
+    with grpc.insecure_channel(srv.grpc_url) as channel:
+        yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+# ---- helpers shared with tests/test_server_grpc.py ------------------------------------------------------------
+
+def failure(fn, *args, **kw) -> InferenceServerException:
+    """The InferenceServerException a tritonclient call raises (status() is e.g. 'StatusCode.NOT_FOUND')."""
+    with pytest.raises(InferenceServerException) as e:
+        fn(*args, **kw)
+    return e.value
+
+
+def rpc_failure(call, request, **kw) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as e:
+        call(request, timeout=T, **kw)
+    return e.value
+
+
+def spec(name, x, datatype=None, shape=None) -> dict:
+    return {"name": name, "datatype": datatype or DATATYPE[x.dtype], "shape": list(shape or x.shape),
+            "raw": x.tobytes()}
+
+
+def grpc_request(model, specs, outputs=(), version="") -> pb.ModelInferRequest:
+    r = pb.ModelInferRequest(model_name=model, model_version=version)
+    for s in specs:
+        r.inputs.add(name=s["name"], datatype=s["datatype"], shape=s["shape"])
+        r.raw_input_contents.append(s["raw"])
+    for o in outputs:
+        r.outputs.add(name=o)
+    return r
+
+
+def http_error(srv, model, specs, outputs=(), version="") -> tuple[int, str]:
+    """The same request over HTTP, binary tensors -> (status, the text of its {"error": ...})."""
+    header = {"inputs": [{"name": s["name"], "datatype": s["datatype"], "shape": s["shape"],
+                          "parameters": {"binary_data_size": len(s["raw"])}} for s in specs]}
+    if outputs:
+        header["outputs"] = [{"name": o} for o in outputs]
+    body, headers = binary_body(header, *(s["raw"] for s in specs))
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
+    status, _, data = srv.request("POST", path, body, headers)
+    return status, json.loads(data).get("error")
+
+
+def decode(resp: pb.ModelInferResponse) -> dict:
+    """{output name: array} from raw_output_contents, which must be index-aligned with outputs."""
+    assert len(resp.raw_output_contents) == len(resp.outputs), resp
+    return {o.name: np.frombuffer(raw, NUMPY[o.datatype]).reshape(list(o.shape))
+            for o, raw in zip(resp.outputs, resp.raw_output_contents)}
+
+
+def simple_specs(a, b):
+    return [spec("INPUT0", a), spec("INPUT1", b)]
+
+
+def triton_inputs(a, b):
+    out = []
+    for name, x in (("INPUT0", a), ("INPUT1", b)):
+        i = grpcclient.InferInput(name, list(x.shape), "INT32")
+        i.set_data_from_numpy(x)
+        out.append(i)
+    return out
+
+
+def assert_good_grpc(stub, metadata=None):
+    a, b = simple_inputs(1, seed=99)
+    out = decode(stub.ModelInfer(grpc_request("simple", simple_specs(a, b)), timeout=T, metadata=metadata))
+    assert (out["OUTPUT0"] == a + b).all() and (out["OUTPUT1"] == a - b).all()
+
+
+def normal(message_type, d) -> dict:
+    """A JSON answer as protobuf's JSON writes that message (int64 as strings, zero values left out)."""
+    return json_format.MessageToDict(json_format.ParseDict(d, message_type(), ignore_unknown_fields=True),
+                                     preserving_proto_field_name=True)
+
+
+# ---- health, metadata, config, index --------------------------------------------------------------------------
+
+def test_health_and_readiness(client, srv):
+    assert client.is_server_live(client_timeout=T) and client.is_server_ready(client_timeout=T)
+    for model, version in (("mlp", ""), ("simple", "1")):
+        assert client.is_model_ready(model, version, client_timeout=T) is True
+    for model, version, path in (("nope", "", "/v2/models/nope/ready"),
+                                 ("simple", "7", "/v2/models/simple/versions/7/ready")):
+        e = failure(client.is_model_ready, model, version, client_timeout=T)
+        status, body = srv.json("GET", path)
+        assert status == 404 and (e.status(), e.message()) == ("StatusCode.NOT_FOUND", body["error"])
+
+
+def test_metadata_config_and_index_carry_what_http_answers(client, srv):
+    meta = client.get_server_metadata(client_timeout=T)
+    assert meta.name == "aotc-server" and "system_shared_memory" in meta.extensions
+    pairs = [(pb.ServerMetadataResponse, client.get_server_metadata(as_json=True, client_timeout=T),
+              srv.json("GET", "/v2")[1]),
+             (pb.RepositoryIndexResponse, client.get_model_repository_index(as_json=True, client_timeout=T),
+              {"models": srv.json("POST", "/v2/repository/index", {})[1]})]
+    for model, version in (("mlp", ""), ("simple", ""), ("simple", "1")):
+        path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        pairs.append((pb.ModelMetadataResponse, client.get_model_metadata(model, version, as_json=True,
+                                                                          client_timeout=T),
+                      srv.json("GET", path)[1]))
+        pairs.append((pb.ModelConfigResponse, client.get_model_config(model, version, as_json=True, client_timeout=T),
+                      {"config": srv.json("GET", f"{path}/config")[1]}))
+    for message_type, got, http in pairs:
+        assert normal(message_type, got) == normal(message_type, http), message_type.__name__
+    mlp = client.get_model_metadata("mlp", client_timeout=T)
+    assert (mlp.inputs[0].name, mlp.inputs[0].datatype, list(mlp.inputs[0].shape)) == ("x", "FP32", [-1, 512])
+    cfg = client.get_model_config("simple", client_timeout=T).config
+    assert [i.data_type for i in cfg.input] == [mc.TYPE_INT32] * 2 and list(cfg.input[0].dims) == [16]
+    index = {(m.name, m.version, m.state) for m in client.get_model_repository_index(client_timeout=T).models}
+    assert {("mlp", "1", "READY"), ("simple", "1", "READY")} <= index
+
+
+# ---- inference ----------------------------------------------------------------------------------------------
+
+def test_tritonclient_raw_contents(client, mlp_sample):
+    a, b = simple_inputs(3)
+    r = client.infer("simple", triton_inputs(a, b), request_id="req-7", client_timeout=T)
+    resp = r.get_response()
+    assert (resp.id, resp.model_name, resp.model_version) == ("req-7", "simple", "1")
+    assert [(o.name, o.datatype, list(o.shape)) for o in resp.outputs] == [("OUTPUT0", "INT32", [3, 16]),
+                                                                          ("OUTPUT1", "INT32", [3, 16])]
+    assert np.array_equal(r.as_numpy("OUTPUT0"), a + b) and np.array_equal(r.as_numpy("OUTPUT1"), a - b)
+    x, ref = mlp_sample
+    inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    assert close(client.infer("mlp", [inp], client_timeout=T).as_numpy("output0"), ref)
+
+
+def test_typed_contents(stub, mlp_sample):
+    a, b = simple_inputs(2, seed=3)
+    req = pb.ModelInferRequest(model_name="simple", id="typed")
+    for name, x in (("INPUT0", a), ("INPUT1", b)):
+        req.inputs.add(name=name, datatype="INT32", shape=x.shape, contents=pb.InferTensorContents(
+            int_contents=x.ravel().tolist()))
+    req.parameters["timeout"].int64_param = 10_000_000  # us: generous, must not get in the way
+    req.parameters["binary_data_output"].bool_param = False  # ignored: outputs are raw over gRPC
+    resp = stub.ModelInfer(req, timeout=T)
+    out = decode(resp)
+    assert resp.id == "typed" and np.array_equal(out["OUTPUT0"], a + b) and np.array_equal(out["OUTPUT1"], a - b)
+    assert all(len(o.contents.int_contents) == 0 for o in resp.outputs)
+    x, ref = mlp_sample
+    req = pb.ModelInferRequest(model_name="mlp")
+    req.inputs.add(name="x", datatype="FP32", shape=x.shape, contents=pb.InferTensorContents(
+        fp32_contents=x.ravel().tolist()))
+    assert close(decode(stub.ModelInfer(req, timeout=T))["output0"], ref)
+
+
+def test_selected_outputs_only(client, stub):
+    a, b = simple_inputs(2, seed=4)
+    r = client.infer("simple", triton_inputs(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")],
+                     client_timeout=T)
+    assert [o.name for o in r.get_response().outputs] == ["OUTPUT1"] and r.as_numpy("OUTPUT0") is None
+    assert np.array_equal(r.as_numpy("OUTPUT1"), a - b)
+    out = decode(stub.ModelInfer(grpc_request("simple", simple_specs(a, b), outputs=["OUTPUT0"]), timeout=T))
+    assert list(out) == ["OUTPUT0"] and np.array_equal(out["OUTPUT0"], a + b)
+
+
+def test_tritonclient_aio_infer_and_stream(srv, mlp_sample):
+    import tritonclient.grpc.aio as aio
+
+    x, ref = mlp_sample
+    a, b = simple_inputs(2, seed=5)
+
+    async def run():
+        c = aio.InferenceServerClient(srv.grpc_url)
+        try:
+            assert await c.is_server_ready(client_timeout=T)
+            assert (await c.get_model_metadata("mlp", client_timeout=T)).name == "mlp"
+            inp = aio.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            rs = await asyncio.gather(*[c.infer("mlp", [inp], client_timeout=T) for _ in range(4)])
+
+            async def requests():
+                for i in range(3):
+                    yield {"model_name": "simple", "inputs": triton_inputs(a, b), "request_id": f"aio-{i}"}
+
+            streamed = []
+            async for result, error in c.stream_infer(requests(), stream_timeout=T):
+                assert error is None, error
+                streamed.append(result)
+                if len(streamed) == 3:
+                    break
+            return [r.as_numpy("output0") for r in rs], streamed
+        finally:
+            await c.close()
+
+    outs, streamed = asyncio.run(run())
+    assert len(outs) == 4 and all(close(o, ref) for o in outs)
+    assert sorted(r.get_response().id for r in streamed) == ["aio-0", "aio-1", "aio-2"]
+    assert all(np.array_equal(r.as_numpy("OUTPUT0"), a + b) for r in streamed)
+
+
+def test_stream_with_requests_in_flight_and_a_bad_one(client, srv, mlp_sample):
+    """Eight requests sent at once on one stream, the fourth with the wrong datatype: seven answers matched by id,
+    one error_message with HTTP's text for that request, and the requests after it answered too."""
+    x, ref = mlp_sample
+    bad_a, bad_b = simple_inputs(1, seed=33)
+    status, expected = http_error(srv, "simple", [spec("INPUT0", bad_a, datatype="FP32"), spec("INPUT1", bad_b)])
+    assert status == 400 and expected
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)), stream_timeout=60)
+    want = {}
+    try:
+        for i in range(8):
+            if i == 3:
+                i0 = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+                i0.set_data_from_numpy(bad_a.view(np.float32))
+                i1 = grpcclient.InferInput("INPUT1", [1, 16], "INT32")
+                i1.set_data_from_numpy(bad_b)
+                client.async_stream_infer("simple", [i0, i1], request_id="bad")
+            elif i % 3 == 2:
+                inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+                inp.set_data_from_numpy(x)
+                client.async_stream_infer("mlp", [inp], request_id=f"m{i}")
+                want[f"m{i}"] = ref
+            else:
+                a, b = simple_inputs(1 + i % 3, seed=i)
+                client.async_stream_infer("simple", triton_inputs(a, b), request_id=f"s{i}")
+                want[f"s{i}"] = (a + b, a - b)
+        got = [answers.get(timeout=T) for _ in range(8)]
+    finally:
+        client.stop_stream()
+    errors = [e for r, e in got if e is not None]
+    assert [e.message() for e in errors] == [expected]
+    by_id = {r.get_response().id: r for r, e in got if e is None}
+    assert set(by_id) == set(want)
+    for rid, w in want.items():
+        if rid.startswith("m"):
+            assert close(by_id[rid].as_numpy("output0"), w), rid
+        else:
+            assert np.array_equal(by_id[rid].as_numpy("OUTPUT0"), w[0]), rid
+            assert np.array_equal(by_id[rid].as_numpy("OUTPUT1"), w[1]), rid
+
+
+def test_statistics_of_grpc_requests_show_over_http(client, srv):
+    def http_counts():
+        m = srv.json("GET", "/v2/models/simple/stats")[1]["model_stats"][0]
+        text = srv.request("GET", "/metrics")[2].decode()
+        return (m["inference_stats"]["success"]["count"], m["inference_count"],
+                metric(text, "nv_inference_request_success", "simple", version="1"))
+
+    before = http_counts()
+    for rows in (1, 2, 3):
+        a, b = simple_inputs(rows, seed=rows)
+        assert np.array_equal(client.infer("simple", triton_inputs(a, b), client_timeout=T).as_numpy("OUTPUT0"), a + b)
+    assert http_counts() == (before[0] + 3, before[1] + 6, before[2] + 3)
+    got = client.get_inference_statistics("simple", as_json=True, client_timeout=T)
+    http = srv.json("GET", "/v2/models/simple/stats")[1]
+    assert normal(pb.ModelStatisticsResponse, got) == normal(pb.ModelStatisticsResponse, http)
+    assert int(got["model_stats"][0]["inference_stats"]["success"]["count"]) == before[0] + 3
+
+
+# ---- refusals: the contract's status, HTTP's text, and the server keeps serving ---------------------------------
+
+def test_unknown_model_and_version(client, stub, srv):
+    """NOT_FOUND, with the text of the same question's 404 over HTTP, for each RPC that names a model."""
+    a, b = simple_inputs(1)
+    for model, version in (("nope", ""), ("simple", "7")):
+        status, text = http_error(srv, model, simple_specs(a, b), version=version)
+        assert status == 404
+        e = rpc_failure(stub.ModelInfer, grpc_request(model, simple_specs(a, b), version=version))
+        assert (e.code(), e.details()) == (grpc.StatusCode.NOT_FOUND, text)
+        path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+        for call, route in ((client.get_model_metadata, ""), (client.get_model_config, "/config"),
+                            (client.get_inference_statistics, "/stats")):
+            status, body = srv.json("GET", path + route)
+            e = failure(call, model, version, client_timeout=T)
+            assert status == 404 and (e.status(), e.message()) == ("StatusCode.NOT_FOUND", body["error"]), route
+    assert http_error(srv, "nope", simple_specs(a, b))[1] == "Request for unknown model: 'nope' is not found"
+    assert text == "Request for unknown model: 'simple' version 7 is not found"
+    assert_good_grpc(stub)
+
+
+A, B = simple_inputs(1, seed=7)
+SAME_AS_HTTP = {  # malformed requests that HTTP's binary tensors can say too: same text both ways
+    "wrong datatype": ([spec("INPUT0", A, datatype="FP32"), spec("INPUT1", B)], ()),
+    "wrong rank": ([spec("INPUT0", A, shape=[16]), spec("INPUT1", B, shape=[16])], ()),
+    "dim outside the manifest": ([spec("INPUT0", A[:, :8]), spec("INPUT1", B[:, :8])], ()),
+    "unknown input": ([spec("INPUT0", A), spec("INPUT1", B), spec("INPUT9", A)], ()),
+    "missing input": ([spec("INPUT0", A)], ()),
+    "unknown output": ([spec("INPUT0", A), spec("INPUT1", B)], ("OUTPUT7",)),
+}
+
+
+@pytest.mark.parametrize("case", list(SAME_AS_HTTP))
+def test_malformed_request_as_http_says_it(stub, srv, case):
+    specs, outputs = SAME_AS_HTTP[case]
+    status, text = http_error(srv, "simple", specs, outputs)
+    assert status == 400 and text, (case, status, text)
+    e = rpc_failure(stub.ModelInfer, grpc_request("simple", specs, outputs))
+    assert (e.code(), e.details()) == (grpc.StatusCode.INVALID_ARGUMENT, text), case
+    assert_good_grpc(stub)
+
+
+def _raw_and_typed():
+    r = grpc_request("simple", simple_specs(A, B))
+    r.inputs[0].contents.int_contents.extend(A.ravel().tolist())
+    return r
+
+
+def _typed(model, name, datatype, shape, **contents):
+    r = pb.ModelInferRequest(model_name=model)
+    r.inputs.add(name=name, datatype=datatype, shape=shape, contents=pb.InferTensorContents(**contents))
+    return r
+
+
+def _raw_count(n):
+    r = grpc_request("simple", simple_specs(A, B))
+    del r.raw_input_contents[:]
+    r.raw_input_contents.extend([A.tobytes()] * n)
+    return r
+
+
+GRPC_ONLY = {  # what only a ModelInferRequest can get wrong
+    "raw bytes disagree with the shape": lambda: grpc_request("simple", [spec("INPUT0", A[:, :15], shape=[1, 16]),
+                                                                         spec("INPUT1", B)]),
+    "raw and typed contents together": _raw_and_typed,
+    "too few raw contents": lambda: _raw_count(1),
+    "too many raw contents": lambda: _raw_count(3),
+    "typed count disagrees with the shape": lambda: _typed("mlp", "x", "FP32", [1, 512], fp32_contents=[1.0] * 511),
+    "typed contents of another type": lambda: _typed("mlp", "x", "FP32", [1, 512], int_contents=[1] * 512),
+    "no contents at all": lambda: _typed("mlp", "x", "FP32", [1, 512]),
+}
+
+
+@pytest.mark.parametrize("case", list(GRPC_ONLY))
+def test_malformed_grpc_request(stub, case):
+    e = rpc_failure(stub.ModelInfer, GRPC_ONLY[case]())
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (case, e.code(), e.details())
+    assert e.details() and "\n" not in e.details(), case
+    assert_good_grpc(stub)
+
+
+def test_trace_and_log_settings_are_unimplemented(client):
+    for call in (lambda: client.get_trace_settings(client_timeout=T),
+                 lambda: client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}, client_timeout=T),
+                 lambda: client.get_log_settings(client_timeout=T),
+                 lambda: client.update_log_settings({"log_info": True}, client_timeout=T)):
+        e = failure(call)
+        assert e.status() == "StatusCode.UNIMPLEMENTED" and e.message(), (e.status(), e.message())
+    assert client.is_server_live(client_timeout=T)
