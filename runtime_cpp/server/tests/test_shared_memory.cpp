@@ -18,10 +18,12 @@
 namespace aotc::server {
 namespace {
 
-// A POSIX shared memory object of `bytes` bytes, unlinked when the test ends.
+// A POSIX shared memory object of `bytes` bytes, unlinked when the test ends. The name carries this process's
+// id; an object already there by that name was left by a dead process that had the same id, and is removed.
 class ShmObject {
  public:
   explicit ShmObject(size_t bytes) : key_("/aotc-test-" + std::to_string(::getpid()) + "-" + std::to_string(next_++)) {
+    ::shm_unlink(key_.c_str());
     int fd = ::shm_open(key_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("shm_open " + key_);
     ::close(fd);
@@ -215,6 +217,9 @@ TEST(SharedMemoryShrinkDeathTest, ASigbusOutsideEveryRegionStillKills) {
         int fd = ::shm_open(other.key().c_str(), O_RDWR, 0);
         auto* p = static_cast<volatile char*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
         other.resize(0);
+        // The child dies here without its destructors: unlink its objects first (the mappings stay).
+        ::shm_unlink(registered.key().c_str());
+        ::shm_unlink(other.key().c_str());
         p[0] = 1;
       },
       "");
