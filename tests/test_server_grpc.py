@@ -370,7 +370,7 @@ def test_keepalive_flags_are_accepted(simple_repo):
 
 
 @pytest.mark.parametrize("flag, value", [
-    ("--grpc-port", "x"), ("--grpc-port", "70000"), ("--grpc-port", "-2"),
+    ("--grpc-port", "x"), ("--grpc-port", "70000"), ("--grpc-port", "-2"), ("--grpc-infer-thread-count", "0"),
     ("--grpc-keepalive-time", "x"), ("--grpc-keepalive-timeout", "soon"),
     ("--grpc-http2-max-pings-without-data", "x"), ("--grpc-http2-min-recv-ping-interval-without-data", "x"),
     ("--grpc-http2-max-ping-strikes", "x"), ("--grpc-infer-response-compression-level", "max"),

@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
+#include <atomic>
 
 #include "grpc_codec.h"
 #include "grpc_server.h"
@@ -70,7 +72,34 @@ class GrpcTimers {
   std::thread thread_;
 };
 
-struct GrpcServer::Impl final : pb::GRPCInferenceService::CallbackService {
+// ModelInfer, the hot path, on completion queues polled by --grpc-infer-thread-count threads (each event
+// handled on the thread that polled it, no hand-off to an executor); every other RPC on gRPC's callback API.
+// The async mark must come first (a method marked for callbacks keeps its handler when marked async later),
+// so the chain is spelled out rather than built on the generated CallbackService.
+using S = pb::GRPCInferenceService;
+using ServiceBase =
+    S::WithCallbackMethod_ServerLive<
+    S::WithCallbackMethod_ServerReady<
+    S::WithCallbackMethod_ModelReady<
+    S::WithCallbackMethod_ServerMetadata<
+    S::WithCallbackMethod_ModelMetadata<
+    S::WithCallbackMethod_ModelStreamInfer<
+    S::WithCallbackMethod_ModelConfig<
+    S::WithCallbackMethod_ModelStatistics<
+    S::WithCallbackMethod_RepositoryIndex<
+    S::WithCallbackMethod_RepositoryModelLoad<
+    S::WithCallbackMethod_RepositoryModelUnload<
+    S::WithCallbackMethod_SystemSharedMemoryStatus<
+    S::WithCallbackMethod_SystemSharedMemoryRegister<
+    S::WithCallbackMethod_SystemSharedMemoryUnregister<
+    S::WithCallbackMethod_CudaSharedMemoryStatus<
+    S::WithCallbackMethod_CudaSharedMemoryRegister<
+    S::WithCallbackMethod_CudaSharedMemoryUnregister<
+    S::WithCallbackMethod_TraceSetting<
+    S::WithCallbackMethod_LogSettings<
+    S::WithAsyncMethod_ModelInfer<S::Service>>>>>>>>>>>>>>>>>>>>;
+
+struct GrpcServer::Impl final : ServiceBase {
   const ServerOptions& options;
   ServerState& state;
   Repository& repo;
@@ -79,11 +108,19 @@ struct GrpcServer::Impl final : pb::GRPCInferenceService::CallbackService {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> cqs;  // ModelInfer's, one per poller
+  std::vector<std::thread> pollers;
+  std::atomic<int64_t> infer_calls{0};  // ModelInfer calls alive (accepting, running or being answered)
+
+  // grpc_infer.cpp: post the first ModelInfer accepts on every queue and start its poller; after Shutdown,
+  // wait (until `deadline`) for every call to be done, then drain the queues. False when the deadline passed.
+  void start_pollers();
+  bool stop_pollers(std::chrono::system_clock::time_point deadline);
 
   Impl(const ServerOptions& o, ServerState& s) : options(o), state(s), repo(s.repo()) {}
 
-  void check_auth(CallbackServerContext* ctx) const {
-    const auto& md = ctx->client_metadata();
+  void check_auth(const grpc::ServerContextBase& ctx) const {
+    const auto& md = ctx.client_metadata();
     auto it = md.find("authorization");
     std::string_view value = it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
     if (!state.authorized(value)) throw ServeError(401, ServerState::unauthorized_message());
@@ -95,7 +132,7 @@ struct GrpcServer::Impl final : pb::GRPCInferenceService::CallbackService {
     ServerUnaryReactor* reactor = ctx->DefaultReactor();
     Status status = Status::OK;
     try {
-      if (auth) check_auth(ctx);
+      if (auth) check_auth(*ctx);
       fn();
     } catch (const ServeError& e) {
       status = grpc_codec::status_of(e);
@@ -215,8 +252,6 @@ struct GrpcServer::Impl final : pb::GRPCInferenceService::CallbackService {
     });
   }
 
-  ServerUnaryReactor* ModelInfer(CallbackServerContext* ctx, const pb::ModelInferRequest* q,
-                                 pb::ModelInferResponse* r) override;
   grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* ModelStreamInfer(
       CallbackServerContext* ctx) override;
 };

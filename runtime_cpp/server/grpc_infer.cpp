@@ -1,5 +1,6 @@
-// The gRPC inference RPCs (grpc_server.h): ModelInfer as a unary reactor, ModelStreamInfer as a
-// bidirectional one with back-pressure, both queued on the model's scheduler without a thread per call.
+// The gRPC inference RPCs (grpc_server.h): ModelInfer on completion queues, ModelStreamInfer as a callback
+// API bidirectional reactor with back-pressure, both queued on the model's scheduler without a thread per
+// call.
 #include <deque>
 
 #include "grpc_impl.h"
@@ -27,39 +28,56 @@ void GrpcServer::Impl::infer(const pb::ModelInferRequest& message, std::shared_p
 
 namespace {
 
-// One ModelInfer: alive from the RPC's start until gRPC is done with it (OnDone), which holds the scheduler so
-// that it is released on a gRPC thread. Nothing touches the call after Finish: OnDone may run at once.
-class InferCall final : public ServerUnaryReactor {
+// One ModelInfer on a completion queue: posted to accept the next call, then (the call arrived) queued on
+// the model, answered with Finish from whichever thread ran it, and deleted when Finish's event comes back.
+// The scheduler it holds is released there, on a poller. Nothing touches the call after Finish.
+class InferCall {
  public:
-  InferCall(GrpcServer::Impl& s, CallbackServerContext* ctx, const pb::ModelInferRequest* q, pb::ModelInferResponse* r)
-      : s_(s), ctx_(ctx), q_(q), r_(r) {}
+  InferCall(GrpcServer::Impl& s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), responder_(&ctx_) {
+    ++s_.infer_calls;
+    s_.RequestModelInfer(&ctx_, &q_, &responder_, cq_, cq_, this);
+  }
+  ~InferCall() { --s_.infer_calls; }
 
+  // The queue's event for this call.
+  void proceed(bool ok) {
+    if (!accepted_ && ok) {
+      accepted_ = true;
+      new InferCall(s_, cq_);  // the next call's accept
+      start();
+      return;
+    }
+    delete this;  // Finish done, or the accept cancelled by shutdown
+  }
+
+ private:
   void start() {
     try {
       s_.check_auth(ctx_);
       if (s_.options.grpc_response_compression > 0)
-        ctx_->set_compression_level(static_cast<grpc_compression_level>(s_.options.grpc_response_compression));
-      // The input bytes are views of *q_, which gRPC keeps until this call is done.
-      s_.infer(*q_, std::shared_ptr<const void>(std::shared_ptr<void>(), q_), sched_,
+        ctx_.set_compression_level(static_cast<grpc_compression_level>(s_.options.grpc_response_compression));
+      // The input bytes are views of q_, which lives until this call is deleted.
+      s_.infer(q_, std::shared_ptr<const void>(std::shared_ptr<void>(), &q_), sched_,
                [this](InferResponse resp, std::optional<ServeError> error) {
-                 if (error) return Finish(grpc_codec::status_of(*error));
-                 grpc_codec::write_infer_response(resp, *r_);
-                 Finish(Status::OK);
+                 if (error) return responder_.FinishWithError(grpc_codec::status_of(*error), this);
+                 grpc_codec::write_infer_response(resp, r_);
+                 responder_.Finish(r_, Status::OK, this);
                });
     } catch (const ServeError& e) {
-      Finish(grpc_codec::status_of(e));
+      responder_.FinishWithError(grpc_codec::status_of(e), this);
     } catch (const std::exception& e) {
-      Finish(Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()));
+      responder_.FinishWithError(Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()), this);
     }
   }
-  void OnDone() override { delete this; }
 
- private:
   GrpcServer::Impl& s_;
-  CallbackServerContext* ctx_;
-  const pb::ModelInferRequest* q_;
-  pb::ModelInferResponse* r_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext ctx_;
+  pb::ModelInferRequest q_;
+  pb::ModelInferResponse r_;
+  grpc::ServerAsyncResponseWriter<pb::ModelInferResponse> responder_;
   std::shared_ptr<Scheduler> sched_;
+  bool accepted_ = false;
 };
 
 // ModelStreamInfer: reads requests, queues each, writes one response per request as answers come (in the
@@ -69,7 +87,7 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
  public:
   InferStream(GrpcServer::Impl& s, CallbackServerContext* ctx) : s_(s) {
     try {
-      s_.check_auth(ctx);
+      s_.check_auth(*ctx);
     } catch (const ServeError& e) {
       finished_ = true;
       Finish(grpc_codec::status_of(e));
@@ -195,11 +213,25 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
 
 }  // namespace
 
-ServerUnaryReactor* GrpcServer::Impl::ModelInfer(CallbackServerContext* ctx, const pb::ModelInferRequest* q,
-                                                 pb::ModelInferResponse* r) {
-  auto* call = new InferCall(*this, ctx, q, r);
-  call->start();
-  return call;
+void GrpcServer::Impl::start_pollers() {
+  for (auto& cq : cqs) {
+    for (int i = 0; i < 2; ++i) new InferCall(*this, cq.get());  // two accepts posted per queue
+    pollers.emplace_back([q = cq.get()] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (q->Next(&tag, &ok)) static_cast<InferCall*>(tag)->proceed(ok);
+    });
+  }
+}
+
+bool GrpcServer::Impl::stop_pollers(std::chrono::system_clock::time_point deadline) {
+  // Shutdown has refused new calls; the accepts still posted come back cancelled, the calls running finish.
+  while (infer_calls > 0 && std::chrono::system_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (infer_calls > 0) return false;  // a model call outlived the deadline: its Finish still needs the queue
+  for (auto& cq : cqs) cq->Shutdown();
+  for (auto& t : pollers) t.join();
+  return true;
 }
 
 grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* GrpcServer::Impl::ModelStreamInfer(

@@ -1,5 +1,6 @@
-// The gRPC front end (grpc_server.h): start (ServerBuilder with the keep-alive, message size and
-// compression options) and shutdown. The RPCs are grpc_impl.h's (unary) and grpc_infer.cpp's (inference).
+// The gRPC front end (grpc_server.h): start (ServerBuilder with the keep-alive and message size options, and
+// ModelInfer's completion queues) and shutdown. The RPCs are grpc_impl.h's (unary) and grpc_infer.cpp's
+// (inference).
 #include "grpc_server.h"
 
 #include <atomic>
@@ -32,10 +33,12 @@ int GrpcServer::bind() {
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                        o.grpc_http2_min_recv_ping_interval_without_data_ms);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, o.grpc_http2_max_ping_strikes);
+  for (int i = 0; i < o.grpc_infer_threads; ++i) impl_->cqs.push_back(b.AddCompletionQueue());
   impl_->server = b.BuildAndStart();
   if (!impl_->server || port == 0)
     throw std::runtime_error("cannot listen for gRPC on " + address + " (in use, or not an address of this host; "
                              "--grpc-port -1 turns gRPC off)");
+  impl_->start_pollers();
   return port;
 }
 
@@ -49,6 +52,7 @@ bool GrpcServer::serve() {
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread shutdown([&s, deadline, done] {
     s.server->Shutdown(deadline);  // refuses new RPCs; after the deadline, cancels those still running
+    if (!s.stop_pollers(deadline + std::chrono::seconds(1))) return;
     s.server->Wait();
     *done = true;
   });

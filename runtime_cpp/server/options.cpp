@@ -23,6 +23,8 @@ const char* usage() {
          "  --host H                 address to bind (default 127.0.0.1)\n"
          "  --grpc-port P            port of the gRPC endpoint (KServe v2 / Triton GRPCInferenceService; default\n"
          "                           8001; 0 = any free port; -1 = none)\n"
+         "  --grpc-infer-thread-count N  threads that take gRPC ModelInfer calls, each polling a completion queue\n"
+         "                           (default 2, as Triton)\n"
          "  --grpc-infer-response-compression-level L\n"
          "                           none (default), low, medium or high: gRPC inference answers compressed\n"
          "  --grpc-keepalive-time MS  gRPC keep-alive ping interval (default 7200000)\n"
@@ -111,6 +113,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
                                           "--http-threads", "--keep-alive-timeout", "--header-timeout",
                                           "--body-timeout", "--max-connections", "--exit-timeout-secs",
                                           "--device-index", "--intra-op-threads", "--busy-poll-us", "--grpc-port",
+                                          "--grpc-infer-thread-count",
                                           "--grpc-infer-response-compression-level", "--grpc-keepalive-time",
                                           "--grpc-keepalive-timeout", "--grpc-http2-max-pings-without-data",
                                           "--grpc-http2-min-recv-ping-interval-without-data",
@@ -150,6 +153,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
     else if (flag == "--busy-poll-us") o.busy_poll_us = static_cast<int>(to_int(flag, value, 0, 1000000));
     else if (flag == "--grpc-port") o.grpc_port = static_cast<int>(to_int(flag, value, -1, 65535));
+    else if (flag == "--grpc-infer-thread-count") o.grpc_infer_threads = static_cast<int>(to_int(flag, value, 1, 64));
     else if (flag == "--grpc-infer-response-compression-level") {
       static const char* const kLevels[] = {"none", "low", "medium", "high"};
       auto it = std::find(std::begin(kLevels), std::end(kLevels), value);
