@@ -92,9 +92,14 @@ TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp batch.cpp types.cpp 
 # what it learns stays in $(FUZZ_DIR)/corpus, a crash's input goes to $(FUZZ_DIR)/crashes (both outside git).
 FUZZ_DIR     := build/fuzz
 FUZZ_SECONDS ?= 60
+FUZZ_GRPC_SECONDS ?= 30
 FUZZ_SRCS    := $(addprefix runtime_cpp/server/,fuzz/fuzz_infer.cpp codec_infer.cpp codec_shm.cpp codec_admin.cpp \
                   codec_warmup.cpp types.cpp)
 SERVER_HDRS  := $(wildcard runtime_cpp/server/*.h)
+# test-fuzz's second target: runtime_cpp/server/fuzz/fuzz_grpc_infer.cpp, the gRPC request decoder, from the
+# seeds in tests/fuzz_corpus/grpc_infer, with the message code protoc writes into $(FUZZ_DIR)/proto.
+FUZZ_GRPC_SRCS := $(addprefix runtime_cpp/server/,fuzz/fuzz_grpc_infer.cpp grpc_codec.cpp types.cpp)
+PROTOS         := $(wildcard runtime_cpp/server/proto/*.proto)
 
 test-sanitize: test-asan test-tsan test-fuzz
 
@@ -122,11 +127,25 @@ $(FUZZ_DIR)/fuzz_infer: $(FUZZ_SRCS) $(SERVER_HDRS) runtime_cpp/server/fuzz/igno
 	clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  -fsanitize-ignorelist=runtime_cpp/server/fuzz/ignorelist.txt -Wall -Wextra -Iruntime_cpp/server $(FUZZ_SRCS) -o $@
 
-test-fuzz: $(FUZZ_DIR)/fuzz_infer
-	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes
+$(FUZZ_DIR)/proto/grpc_service.pb.cc: $(PROTOS) | $(VENV)/.apt-stamp
+	@mkdir -p $(@D)
+	protoc -I runtime_cpp/server/proto --cpp_out=$(@D) grpc_service.proto model_config.proto
+
+$(FUZZ_DIR)/fuzz_grpc_infer: $(FUZZ_GRPC_SRCS) $(SERVER_HDRS) $(FUZZ_DIR)/proto/grpc_service.pb.cc \
+                             runtime_cpp/server/fuzz/ignorelist.txt
+	clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  -fsanitize-ignorelist=runtime_cpp/server/fuzz/ignorelist.txt -Wall -Wextra -Iruntime_cpp/server \
+	  -I$(FUZZ_DIR)/proto $(FUZZ_GRPC_SRCS) $(FUZZ_DIR)/proto/grpc_service.pb.cc $(FUZZ_DIR)/proto/model_config.pb.cc \
+	  $$(pkg-config --cflags --libs grpc++ protobuf) -o $@
+
+test-fuzz: $(FUZZ_DIR)/fuzz_infer $(FUZZ_DIR)/fuzz_grpc_infer
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes $(FUZZ_DIR)/corpus_grpc
 	$< -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 -max_len=65536 \
 	  -dict=tests/fuzz_corpus/infer.dict -artifact_prefix=$(FUZZ_DIR)/crashes/ -print_final_stats=1 \
 	  $(FUZZ_DIR)/corpus tests/fuzz_corpus/infer
+	$(FUZZ_DIR)/fuzz_grpc_infer -max_total_time=$(FUZZ_GRPC_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  -malloc_limit_mb=64 -max_len=65536 -artifact_prefix=$(FUZZ_DIR)/crashes/ -print_final_stats=1 \
+	  $(FUZZ_DIR)/corpus_grpc tests/fuzz_corpus/grpc_infer
 
 demo: build
 	bash scripts/demo.sh
