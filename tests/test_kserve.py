@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import jsonschema
@@ -13,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from launch import server_binary
+from launch import free_port, server_binary
 
 DEPLOY = REPO / "deploy" / "kserve"
 CRDS = REPO / "tests" / "data" / "kserve"
@@ -56,6 +58,41 @@ def test_the_runtime_serves_v2_as_a_non_root_user_with_probes():
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert c["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert "--model-repository=/mnt/models" in c["args"] and "--http-port=8080" in c["args"]
+    assert "grpc-v2" in spec["protocolVersions"] and "--grpc-port=9000" in c["args"]
+    assert {p["containerPort"] for p in c["ports"]} == {8080, 9000}
+
+
+def test_the_runtime_args_serve_a_lone_package_over_http_and_grpc(tmp_path, pkg_simple):
+    """The runtime's own args, with /mnt/models holding one model.pt2 (what a storageUri of a single file
+    leaves) and the ports moved to free ones: the InferenceService's name serves over both protocols."""
+    grpc = pytest.importorskip("tritonclient.grpc")
+    c = yaml.safe_load((DEPLOY / "cluster-serving-runtime.yaml").read_text())["spec"]["containers"][0]
+    mnt = tmp_path / "mnt" / "models"
+    mnt.mkdir(parents=True)
+    (mnt / "model.pt2").symlink_to(pkg_simple)
+    http_port = free_port()
+    grpc_port = free_port(http_port)
+    subst = {"/mnt/models": str(mnt), "{{.Name}}": "mlp-isvc", "0.0.0.0": "127.0.0.1",
+             "8080": str(http_port), "9000": str(grpc_port)}
+    args = [re.sub("|".join(re.escape(k) for k in subst), lambda m: subst[m.group(0)], a) for a in c["args"]]
+    proc = subprocess.Popen([str(server_binary()), *args], stderr=subprocess.PIPE, text=True)
+    try:
+        client = grpc.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if client.is_server_ready(client_timeout=2):
+                    break
+            except grpc.InferenceServerException:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "the runtime's args did not serve"
+            time.sleep(0.1)
+        assert client.get_model_metadata("mlp-isvc", client_timeout=10).name == "mlp-isvc"
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/mlp-isvc/ready", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, proc.stderr.read()
 
 
 def test_every_flag_the_runtime_passes_is_an_aotc_server_flag():
