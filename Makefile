@@ -74,7 +74,8 @@ test: test-cpp test-py test-sanitize
 # land in $(ASAN_DIR)/reports, which fail the target whether or not the test that met one failed.
 ASAN_DIR   := build/asan
 ASAN_TESTS := tests/test_protocol.py tests/test_server.py tests/test_server_http.py tests/test_server_hostile.py \
-              tests/test_server_shm.py tests/test_server_error_text.py
+              tests/test_server_shm.py tests/test_server_error_text.py tests/test_protocol_grpc.py \
+              tests/test_server_grpc.py
 # intercept_tls_get_addr=0: gcc 12's runtime takes a dynamic TLS block that happens to start 16 bytes into a
 # page for glibc 2.19's layout and reads a bogus range from before it; LeakSanitizer's tracer then dies at
 # exit ("Tracer caught signal 11", google/sanitizers issue 1322, fixed in GCC 14), as an aotc-server with

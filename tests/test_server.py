@@ -187,6 +187,19 @@ def test_log_requests_and_default_host(model_repository):
         log = s.log()
         assert "listening on http://127.0.0.1:" in log
         assert re.search(r"GET /v2/models/simple 200", log) and re.search(r"GET /v2/models/nope 404", log)
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    with Server("cpp", model_repository, "--log-requests") as s:  # gRPC: a line per RPC, with its code
+        c = grpcclient.InferenceServerClient(s.grpc_url)
+        inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for i in inputs:
+            i.set_data_from_numpy(np.ones((1, 16), np.int32))
+        assert (c.infer("simple", inputs, client_timeout=10).as_numpy("OUTPUT0") == 2).all()
+        with pytest.raises(grpcclient.InferenceServerException):
+            c.get_model_metadata("nope", client_timeout=10)
+        time.sleep(0.2)
+        log = s.log()
+        assert re.search(r"GRPC ModelInfer simple OK in=\d+ out=\d+ [0-9.]+ ms", log), log
+        assert re.search(r"GRPC ModelMetadata NOT_FOUND", log), log
     with Server("cpp", model_repository) as s:
         s.json("GET", "/v2/models/simple")
         time.sleep(0.2)

@@ -187,4 +187,13 @@ grpc::Status status_of(const ServeError& e) {
   return grpc::Status(code, e.message());
 }
 
+const char* code_name(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < static_cast<int>(sizeof kNames / sizeof kNames[0]) ? kNames[i] : "UNKNOWN";
+}
+
 }  // namespace aotc::server::grpc_codec

@@ -28,6 +28,7 @@ void write_infer_response(const InferResponse& response, inference::ModelInferRe
 
 // ServeError's HTTP status as a gRPC status code, the message unchanged.
 grpc::Status status_of(const ServeError& e);
+const char* code_name(grpc::StatusCode code);  // INVALID_ARGUMENT, ... (OK for 0)
 
 void write_server_metadata(const ServerInfo& info, inference::ServerMetadataResponse& out);
 void write_model_metadata(const ModelInfo& info, const std::vector<std::string>& versions,

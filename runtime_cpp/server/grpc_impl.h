@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -126,9 +127,20 @@ struct GrpcServer::Impl final : ServiceBase {
     if (!state.authorized(value)) throw ServeError(401, ServerState::unauthorized_message());
   }
 
-  // A unary RPC answered at once: `fn` fills the response or throws ServeError.
+  // --log-requests: one line per RPC on stderr, as HTTP writes one per request: the RPC, the model (if any),
+  // the status code, the message sizes and the time from the RPC's start.
+  void log(const char* rpc, const std::string& model, const Status& status, size_t in, size_t out,
+           Clock::time_point start) const {
+    if (!options.log_requests) return;
+    std::fprintf(stderr, "GRPC %s%s%s %s in=%zu out=%zu %.3f ms\n", rpc, model.empty() ? "" : " ", model.c_str(),
+                 grpc_codec::code_name(status.error_code()), in, out,
+                 std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+
+  // A unary RPC named `rpc` answered at once: `fn` fills the response or throws ServeError.
   template <typename Fn>
-  ServerUnaryReactor* answer(CallbackServerContext* ctx, bool auth, Fn&& fn) {
+  ServerUnaryReactor* answer(CallbackServerContext* ctx, const char* rpc, bool auth, Fn&& fn) {
+    const Clock::time_point start = Clock::now();
     ServerUnaryReactor* reactor = ctx->DefaultReactor();
     Status status = Status::OK;
     try {
@@ -139,6 +151,7 @@ struct GrpcServer::Impl final : ServiceBase {
     } catch (const std::exception& e) {
       status = Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
     }
+    log(rpc, "", status, 0, 0, start);
     reactor->Finish(status);
     return reactor;
   }
@@ -151,15 +164,15 @@ struct GrpcServer::Impl final : ServiceBase {
 
   ServerUnaryReactor* ServerLive(CallbackServerContext* ctx, const pb::ServerLiveRequest*,
                                  pb::ServerLiveResponse* r) override {
-    return answer(ctx, false, [&] { r->set_live(true); });
+    return answer(ctx, __func__, false, [&] { r->set_live(true); });
   }
   ServerUnaryReactor* ServerReady(CallbackServerContext* ctx, const pb::ServerReadyRequest*,
                                   pb::ServerReadyResponse* r) override {
-    return answer(ctx, false, [&] { r->set_ready(state.ready()); });
+    return answer(ctx, __func__, false, [&] { r->set_ready(state.ready()); });
   }
   ServerUnaryReactor* ModelReady(CallbackServerContext* ctx, const pb::ModelReadyRequest* q,
                                  pb::ModelReadyResponse* r) override {
-    return answer(ctx, false, [&] {
+    return answer(ctx, __func__, false, [&] {
       bool ok = true;
       try {
         repo.get(q->name(), q->version());
@@ -172,25 +185,25 @@ struct GrpcServer::Impl final : ServiceBase {
   }
   ServerUnaryReactor* ServerMetadata(CallbackServerContext* ctx, const pb::ServerMetadataRequest*,
                                      pb::ServerMetadataResponse* r) override {
-    return answer(ctx, true, [&] { grpc_codec::write_server_metadata(state.info(), *r); });
+    return answer(ctx, __func__, true, [&] { grpc_codec::write_server_metadata(state.info(), *r); });
   }
   ServerUnaryReactor* ModelMetadata(CallbackServerContext* ctx, const pb::ModelMetadataRequest* q,
                                     pb::ModelMetadataResponse* r) override {
-    return answer(ctx, true, [&] {
+    return answer(ctx, __func__, true, [&] {
       auto sched = repo.get(q->name(), q->version());
       grpc_codec::write_model_metadata(sched->info(), repo.ready_versions(q->name()), *r);
     });
   }
   ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const pb::ModelConfigRequest* q,
                                   pb::ModelConfigResponse* r) override {
-    return answer(ctx, true, [&] {
+    return answer(ctx, __func__, true, [&] {
       auto sched = repo.get(q->name(), q->version());
       grpc_codec::write_model_config(sched->info(), sched->config(), *r->mutable_config());
     });
   }
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx, const pb::ModelStatisticsRequest* q,
                                       pb::ModelStatisticsResponse* r) override {
-    return answer(ctx, true, [&] {
+    return answer(ctx, __func__, true, [&] {
       std::vector<ModelStats> st;
       for (const auto& sc : q->name().empty() ? repo.schedulers() : repo.schedulers(q->name(), q->version()))
         st.push_back(sc->stats());
@@ -199,7 +212,7 @@ struct GrpcServer::Impl final : ServiceBase {
   }
   ServerUnaryReactor* RepositoryIndex(CallbackServerContext* ctx, const pb::RepositoryIndexRequest* q,
                                       pb::RepositoryIndexResponse* r) override {
-    return answer(ctx, true, [&] {
+    return answer(ctx, __func__, true, [&] {
       std::vector<VersionState> all = repo.index(), shown;
       for (auto& s : all)
         if (!q->ready() || s.state == "READY") shown.push_back(std::move(s));
@@ -208,46 +221,47 @@ struct GrpcServer::Impl final : ServiceBase {
   }
   ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx, const pb::RepositoryModelLoadRequest* q,
                                           pb::RepositoryModelLoadResponse*) override {
-    return answer(ctx, true, [&] { repo.load_model(q->model_name(), grpc_codec::parse_load_request(*q)); });
+    return answer(ctx, __func__, true, [&] { repo.load_model(q->model_name(), grpc_codec::parse_load_request(*q)); });
   }
   ServerUnaryReactor* RepositoryModelUnload(CallbackServerContext* ctx, const pb::RepositoryModelUnloadRequest* q,
                                             pb::RepositoryModelUnloadResponse*) override {
-    return answer(ctx, true, [&] { repo.unload_model(q->model_name()); });
+    return answer(ctx, __func__, true, [&] { repo.unload_model(q->model_name()); });
   }
   ServerUnaryReactor* SystemSharedMemoryStatus(CallbackServerContext* ctx, const pb::SystemSharedMemoryStatusRequest* q,
                                                pb::SystemSharedMemoryStatusResponse* r) override {
-    return answer(ctx, true, [&] { grpc_codec::write_shm_status(state.shm().status(q->name()), *r); });
+    return answer(ctx, __func__, true, [&] { grpc_codec::write_shm_status(state.shm().status(q->name()), *r); });
   }
   ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
                                                  const pb::SystemSharedMemoryRegisterRequest* q,
                                                  pb::SystemSharedMemoryRegisterResponse*) override {
-    return answer(ctx, true, [&] { state.shm().add(grpc_codec::parse_shm_register(*q)); });
+    return answer(ctx, __func__, true, [&] { state.shm().add(grpc_codec::parse_shm_register(*q)); });
   }
   ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
                                                    const pb::SystemSharedMemoryUnregisterRequest* q,
                                                    pb::SystemSharedMemoryUnregisterResponse*) override {
-    return answer(ctx, true, [&] { state.shm().remove(q->name()); });
+    return answer(ctx, __func__, true, [&] { state.shm().remove(q->name()); });
   }
   ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx, const pb::CudaSharedMemoryStatusRequest* q,
                                              pb::CudaSharedMemoryStatusResponse* r) override {
-    return answer(ctx, true, [&] { grpc_codec::write_cuda_shm_status(state.cuda_shm().status(q->name()), *r); });
+    return answer(ctx, __func__, true, [&] { grpc_codec::write_cuda_shm_status(state.cuda_shm().status(q->name()), *r); });
   }
   ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx, const pb::CudaSharedMemoryRegisterRequest* q,
                                                pb::CudaSharedMemoryRegisterResponse*) override {
-    return answer(ctx, true, [&] { state.cuda_shm().add(grpc_codec::parse_cuda_shm_register(*q)); });
+    return answer(ctx, __func__, true, [&] { state.cuda_shm().add(grpc_codec::parse_cuda_shm_register(*q)); });
   }
   ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
                                                  const pb::CudaSharedMemoryUnregisterRequest* q,
                                                  pb::CudaSharedMemoryUnregisterResponse*) override {
-    return answer(ctx, true, [&] { state.cuda_shm().remove(q->name()); });
+    return answer(ctx, __func__, true, [&] { state.cuda_shm().remove(q->name()); });
   }
   ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const pb::TraceSettingRequest*,
                                    pb::TraceSettingResponse*) override {
-    return answer(ctx, true, [] { throw ServeError(501, "aotc-server has no tracing: TraceSetting is not supported"); });
+    return answer(ctx, __func__, true,
+                  [] { throw ServeError(501, "aotc-server has no tracing: TraceSetting is not supported"); });
   }
   ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const pb::LogSettingsRequest*,
                                   pb::LogSettingsResponse*) override {
-    return answer(ctx, true, [] {
+    return answer(ctx, __func__, true, [] {
       throw ServeError(501, "aotc-server's logging is set by its flags (--log-requests): LogSettings is not supported");
     });
   }

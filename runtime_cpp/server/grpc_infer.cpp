@@ -52,6 +52,7 @@ class InferCall {
 
  private:
   void start() {
+    start_ = Clock::now();
     try {
       s_.check_auth(ctx_);
       if (s_.options.grpc_response_compression > 0)
@@ -59,15 +60,22 @@ class InferCall {
       // The input bytes are views of q_, which lives until this call is deleted.
       s_.infer(q_, std::shared_ptr<const void>(std::shared_ptr<void>(), &q_), sched_,
                [this](InferResponse resp, std::optional<ServeError> error) {
-                 if (error) return responder_.FinishWithError(grpc_codec::status_of(*error), this);
+                 if (error) return finish(grpc_codec::status_of(*error));
                  grpc_codec::write_infer_response(resp, r_);
-                 responder_.Finish(r_, Status::OK, this);
+                 finish(Status::OK);
                });
     } catch (const ServeError& e) {
-      responder_.FinishWithError(grpc_codec::status_of(e), this);
+      finish(grpc_codec::status_of(e));
     } catch (const std::exception& e) {
-      responder_.FinishWithError(Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()), this);
+      finish(Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what()));
     }
+  }
+
+  void finish(const Status& status) {
+    if (s_.options.log_requests)
+      s_.log("ModelInfer", q_.model_name(), status, q_.ByteSizeLong(), status.ok() ? r_.ByteSizeLong() : 0, start_);
+    if (status.ok()) responder_.Finish(r_, status, this);
+    else responder_.FinishWithError(status, this);
   }
 
   GrpcServer::Impl& s_;
@@ -77,6 +85,7 @@ class InferCall {
   pb::ModelInferResponse r_;
   grpc::ServerAsyncResponseWriter<pb::ModelInferResponse> responder_;
   std::shared_ptr<Scheduler> sched_;
+  Clock::time_point start_;
   bool accepted_ = false;
 };
 
@@ -162,6 +171,8 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
     std::shared_ptr<pb::ModelInferRequest> message;
     std::shared_ptr<Scheduler> sched;
     pb::ModelStreamInferResponse response;
+    Clock::time_point start = Clock::now();
+    grpc::StatusCode code = grpc::StatusCode::OK;  // the error's, for the log
   };
 
   void read_next() {
@@ -171,6 +182,7 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
 
   static void answer_error(Out& out, const ServeError& e) {
     out.response.set_error_message(e.message());
+    out.code = grpc_codec::status_of(e).error_code();
     auto* r = out.response.mutable_infer_response();
     r->set_model_name(out.message->model_name());
     r->set_model_version(out.message->model_version());
@@ -183,6 +195,10 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
   }
 
   void push(std::unique_ptr<Out> out) {
+    if (s_.options.log_requests) {
+      s_.log("ModelStreamInfer", out->message->model_name(), Status(out->code, ""), out->message->ByteSizeLong(),
+             out->response.ByteSizeLong(), out->start);
+    }
     Out* start = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
