@@ -267,7 +267,7 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
   }
   w.Key("instance_group");
   w.StartArray();
-  for (const auto& g : c.instance_group) {
+  for (const auto& g : effective_instance_groups(info, c)) {
     w.StartObject();
     w.Key("count"); w.Int64(g.count);
     w.Key("kind"); write_text(w, g.kind);
@@ -275,18 +275,6 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
       w.Key("gpus");
       w.StartArray();
       for (int64_t i : g.gpus) w.Int64(i);
-      w.EndArray();
-    }
-    w.EndObject();
-  }
-  if (c.instance_group.empty()) {
-    w.StartObject();
-    w.Key("count"); w.Int64(c.num_runners);
-    w.Key("kind"); w.String(info.device == "cuda" ? "KIND_GPU" : "KIND_CPU");
-    if (info.device == "cuda" && c.device_index.value_or(-1) >= 0) {
-      w.Key("gpus");
-      w.StartArray();
-      w.Int64(*c.device_index);
       w.EndArray();
     }
     w.EndObject();

@@ -107,25 +107,16 @@ const Value* params_of(const Value& obj, const std::string& where) {
   return p;
 }
 
-// Triton's shared-memory parameters: region and byte size together (offset optional), or neither.
+// Triton's shared-memory parameters from a JSON tensor's `parameters` (shared_memory_ref's rule).
 std::optional<SharedMemoryRef> shm_param(const Value* params, const std::string& where) {
   if (!params) return std::nullopt;
   const Value* region = member(*params, "shared_memory_region");
   auto size = int_param(params, "shared_memory_byte_size", where);
   auto offset = int_param(params, "shared_memory_offset", where);
-  if (!region && !size && !offset) return std::nullopt;
-  if (!region || !size)
-    throw bad_request(where + ": shared memory needs both parameters 'shared_memory_region' and "
-                      "'shared_memory_byte_size' (and optionally 'shared_memory_offset')");
-  if (!region->IsString() || region->GetStringLength() == 0)
+  if (region && !region->IsString())
     throw bad_request(where + ": parameter 'shared_memory_region' must be a region name");
-  if (*size < 0 || offset.value_or(0) < 0)
-    throw bad_request(where + ": shared_memory_byte_size and shared_memory_offset must not be negative");
-  SharedMemoryRef ref;
-  ref.region = str(*region);
-  ref.byte_size = static_cast<uint64_t>(*size);
-  ref.offset = static_cast<uint64_t>(offset.value_or(0));
-  return ref;
+  const std::string name = region ? str(*region) : std::string();
+  return shared_memory_ref(region ? &name : nullptr, size, offset, where);
 }
 
 Tensor parse_input(const Value& in, size_t index, std::string_view blobs, size_t& blob_offset,

@@ -20,25 +20,14 @@ std::optional<int64_t> int_param(const Params& params, const char* key, const st
   return it->second.int64_param();
 }
 
-// Triton's shared-memory parameters: region and byte size together (offset optional), or neither.
+// Triton's shared-memory parameters from a protobuf tensor's `parameters` (shared_memory_ref's rule).
 std::optional<SharedMemoryRef> shm_param(const Params& params, const std::string& where) {
   auto region = params.find("shared_memory_region");
-  auto size = int_param(params, "shared_memory_byte_size", where);
-  auto offset = int_param(params, "shared_memory_offset", where);
-  if (region == params.end()) {
-    if (size || offset) throw bad_request(where + ": shared_memory_byte_size/offset without shared_memory_region");
-    return std::nullopt;
-  }
-  if (region->second.parameter_choice_case() != InferParameter::kStringParam)
-    throw bad_request(where + ": parameter 'shared_memory_region' must be a string (string_param)");
-  if (!size) throw bad_request(where + ": shared_memory_region needs shared_memory_byte_size");
-  if (*size < 0 || offset.value_or(0) < 0)
-    throw bad_request(where + ": shared_memory_byte_size and shared_memory_offset must not be negative");
-  SharedMemoryRef r;
-  r.region = region->second.string_param();
-  r.byte_size = static_cast<uint64_t>(*size);
-  r.offset = static_cast<uint64_t>(offset.value_or(0));
-  return r;
+  if (region != params.end() && region->second.parameter_choice_case() != InferParameter::kStringParam)
+    throw bad_request(where + ": parameter 'shared_memory_region' must be a region name (string_param)");
+  return shared_memory_ref(region == params.end() ? nullptr : &region->second.string_param(),
+                           int_param(params, "shared_memory_byte_size", where),
+                           int_param(params, "shared_memory_offset", where), where);
 }
 
 template <typename T, typename Src>

@@ -83,17 +83,11 @@ void write_model_config(const ModelInfo& info, const ModelConfig& c, inference::
         else i.set_input_data_file(in.file);
       }
     }
-  auto put_group = [&](int64_t count, const std::string& kind, const std::vector<int64_t>& gpus) {
-    auto* g = out.add_instance_group();
-    g->set_count(static_cast<int32_t>(count));
-    g->set_kind(kind == "KIND_GPU" ? inference::ModelInstanceGroup::KIND_GPU : inference::ModelInstanceGroup::KIND_CPU);
-    for (int64_t i : gpus) g->add_gpus(static_cast<int32_t>(i));
-  };
-  for (const auto& g : c.instance_group) put_group(g.count, g.kind, g.gpus);
-  if (c.instance_group.empty()) {
-    std::vector<int64_t> gpus;
-    if (info.device == "cuda" && c.device_index.value_or(-1) >= 0) gpus.push_back(*c.device_index);
-    put_group(c.num_runners, info.device == "cuda" ? "KIND_GPU" : "KIND_CPU", gpus);
+  for (const auto& g : effective_instance_groups(info, c)) {
+    auto* m = out.add_instance_group();
+    m->set_count(static_cast<int32_t>(g.count));
+    m->set_kind(g.kind == "KIND_GPU" ? inference::ModelInstanceGroup::KIND_GPU : inference::ModelInstanceGroup::KIND_CPU);
+    for (int64_t i : g.gpus) m->add_gpus(static_cast<int32_t>(i));
   }
   if (info.device == "cuda") out.mutable_optimization()->mutable_cuda()->set_graphs(!info.graph_buckets.empty());
 }

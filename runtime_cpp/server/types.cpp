@@ -67,4 +67,29 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+std::optional<SharedMemoryRef> shared_memory_ref(const std::string* region, std::optional<int64_t> byte_size,
+                                                 std::optional<int64_t> offset, const std::string& where) {
+  if (!region && !byte_size && !offset) return std::nullopt;
+  if (!region || !byte_size)
+    throw bad_request(where + ": shared memory needs both parameters 'shared_memory_region' and "
+                      "'shared_memory_byte_size' (and optionally 'shared_memory_offset')");
+  if (region->empty()) throw bad_request(where + ": parameter 'shared_memory_region' must be a region name");
+  if (*byte_size < 0 || offset.value_or(0) < 0)
+    throw bad_request(where + ": shared_memory_byte_size and shared_memory_offset must not be negative");
+  SharedMemoryRef ref;
+  ref.region = *region;
+  ref.byte_size = static_cast<uint64_t>(*byte_size);
+  ref.offset = static_cast<uint64_t>(offset.value_or(0));
+  return ref;
+}
+
+std::vector<InstanceGroup> effective_instance_groups(const ModelInfo& info, const ModelConfig& config) {
+  if (!config.instance_group.empty()) return config.instance_group;
+  InstanceGroup g;
+  g.count = config.num_runners;
+  g.kind = info.device == "cuda" ? "KIND_GPU" : "KIND_CPU";
+  if (info.device == "cuda" && config.device_index.value_or(-1) >= 0) g.gpus.push_back(*config.device_index);
+  return {g};
+}
+
 }  // namespace aotc::server

@@ -145,6 +145,10 @@ struct ModelConfig {
   // every CUDA-graph bucket on every runner (a few calls per runner on CPU); empty: none.
   std::optional<std::vector<WarmupSample>> model_warmup;
 };
+// The instance groups a model config answer lists: `config`'s own, or, when it names none, num_runners
+// instances of the package's kind (KIND_GPU on device_index when set, KIND_CPU).
+std::vector<InstanceGroup> effective_instance_groups(const ModelInfo& info, const ModelConfig& config);
+
 
 // ---- inference ----
 // Where a tensor lies in a registered shared memory region (Triton's shared_memory_region,
@@ -159,6 +163,12 @@ struct SharedMemoryRef {
   std::shared_ptr<char> data;
   std::weak_ptr<const void> mapping;
 };
+
+// Triton's shared-memory parameters of one tensor as both transports give them (`region` null when absent;
+// each codec has checked that a given one is a string): region and byte size together, offset optional, or
+// none of them (nullopt). Throws ServeError(400) naming `where` and what was wrong.
+std::optional<SharedMemoryRef> shared_memory_ref(const std::string* region, std::optional<int64_t> byte_size,
+                                                 std::optional<int64_t> offset, const std::string& where);
 
 // A registered region (system shared memory extension): byte_size bytes at offset of the POSIX shared
 // memory object `key`.
