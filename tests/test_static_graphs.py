@@ -181,3 +181,33 @@ def test_static_graph_plan_for_the_buckets():
         static_graph_plan("buckets:2", Batch(3, 20))
     with pytest.raises(ExportError, match="--static-batches buckets: the model has no dynamic batch dim"):
         static_graph_plan("buckets", None)
+
+
+def test_a_file_both_graphs_compiled_alike_is_kept_in_each_graph(pkg_static, tmp_path):
+    # A kernel two graphs compile identically (the same .cubin) is loaded by each .so from its own folder; the
+    # merge once dropped the static graph's copy as a duplicate, and gpt2 failed on the H200 ("CUDA driver
+    # error: file not found").
+    from torch.export.pt2_archive import PT2ArchiveWriter
+
+    from aotc import package
+    from aotc.manifest import read
+
+    def archive(path, extra: bytes):
+        reader = torch._C.PyTorchFileReader(str(pkg_static))
+        with PT2ArchiveWriter(str(path)) as w:
+            for r in reader.get_all_records():
+                if r.startswith("data/aotinductor/model/") and r not in package._SYSTEM_RECORDS:
+                    w.write_bytes(r, reader.get_record(r))
+            w.write_bytes("data/aotinductor/model/kernel.cubin", b"the same kernel")
+            w.write_bytes("data/aotinductor/model/other.cubin", extra)
+
+    main, static = tmp_path / "main.pt2", tmp_path / "static.pt2"
+    archive(main, b"main's own")
+    archive(static, b"the static graph's own")
+    out = tmp_path / "out.pt2"
+    package.finalize(str(main), str(out), read(str(pkg_static)), {}, {"batch4_static": str(static)})
+    with zipfile.ZipFile(out) as zf:
+        names = {n.split("/", 1)[1]: zf.read(n) for n in zf.namelist()}
+    assert names["data/aotinductor/batch4_static/kernel.cubin"] == b"the same kernel"
+    assert names["data/aotinductor/model/kernel.cubin"] == b"the same kernel"
+    assert names["data/aotinductor/batch4_static/other.cubin"] == b"the static graph's own"

@@ -195,7 +195,7 @@ def sample_files(samples: list[tuple[tuple, tuple]], cases: list[str] | None = N
 
 def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, outputs, batch: Batch | None,
                    compile_options: dict, rewrites: dict, fallback_ops, tolerance: Tolerance, samples,
-                   static_graphs=(), dims=None, samples_cap=None) -> Manifest:
+                   static_graphs=(), dims=None, samples_cap=None, seq_buckets=None) -> Manifest:
     """The manifest before the archive exists (files_sha256 is filled in by finalize)."""
     import torch
 
@@ -204,7 +204,7 @@ def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, o
         tolerance=tolerance, samples=tuple(samples), batch=batch, cpu_isa=cpu_isa,
         cuda_arch=None if cuda_arch is None else tuple(cuda_arch), compile=compile_options, rewrites=rewrites,
         fallback_ops=tuple(fallback_ops), static_graphs=tuple(static_graphs), dims=dict(dims or {}),
-        samples_cap=dict(samples_cap or {}), aotc_version=aotc.__version__,
+        samples_cap=dict(samples_cap or {}), seq_buckets=seq_buckets, aotc_version=aotc.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
@@ -222,8 +222,13 @@ def finalize(compiled_path: str, out_path: str, manifest: Manifest, extra_files:
     for graph, path in (static_compiled or {}).items():
         other = torch._C.PyTorchFileReader(path)
         for r in other.get_all_records():
-            if r in _SYSTEM_RECORDS or (r in contents and contents[r] == other.get_record(r)):
-                continue  # the writer's own records, and the archive's format records both archives share
+            if r in _SYSTEM_RECORDS or (not r.startswith(_MODEL_DIR) and r in contents
+                                        and contents[r] == other.get_record(r)):
+                # the writer's own records, and the archive's format records both archives share; never a file
+                # of the graph itself: a kernel both graphs compiled alike must be in the graph's own folder too,
+                # where its .so loads it from (dropping it failed gpt2 on the H200: "CUDA driver error: file
+                # not found")
+                continue
             if not r.startswith(_MODEL_DIR):
                 raise PackageError(f"{path}: record '{r}' is outside {_MODEL_DIR}; cannot merge it as graph '{graph}'")
             contents[f"data/aotinductor/{graph}/{r[len(_MODEL_DIR):]}"] = other.get_record(r)
