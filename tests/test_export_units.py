@@ -219,3 +219,32 @@ def test_fresh_cases_name_each_dynamic_dim_as_the_user_does(tmp_path):
     assert [tuple(c["inputs"][0].shape) for c in cases[1:4]] == [(1, 2), (16, 64), (9, 39)]
     assert [tuple(c["inputs"][1].shape) for c in cases[7:]] == [(4, 3)] * 3
     assert [c["sample"] for c in cases] == [True, False, False, True] + [False] * 6
+
+
+def test_cuda_attention_falls_back_to_math_when_its_kernel_constrains_the_range(monkeypatch):
+    # On the H200, PyTorch's pick for a masked attention (memory-efficient) pads the mask to a multiple of 8, a
+    # guard torch.export cannot prove for a dynamic sequence dim: the export then takes the math kernel. Other
+    # failures are not retried.
+    from aotc import pipeline
+
+    seen = []
+
+    def fake(fail_with):
+        def run(spec, opts, mf=None):
+            seen.append(opts.sdpa_backend)
+            if opts.sdpa_backend == "flash":
+                raise NoAttentionKernel("--sdpa-backend flash: no kernel")
+            if opts.sdpa_backend is None:
+                raise ExportError(fail_with)
+            return {"sdpa_backend": opts.sdpa_backend}
+        return run
+
+    monkeypatch.setattr(pipeline, "_export_model_file", fake(
+        "export failed: the model does not work for every size in the declared dynamic range: seq ..."))
+    assert pipeline.export_model_file("m.py", pipeline.ExportOptions(device="cuda")) == {"sdpa_backend": "math"}
+    assert seen == ["flash", None, "math"]
+    seen.clear()
+    monkeypatch.setattr(pipeline, "_export_model_file", fake("export failed: an operator cannot be traced"))
+    with pytest.raises(ExportError, match="cannot be traced"):
+        pipeline.export_model_file("m.py", pipeline.ExportOptions(device="cuda"))
+    assert seen == ["flash", None]

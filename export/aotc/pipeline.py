@@ -86,6 +86,16 @@ def export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                 return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"), mf)
         except NoAttentionKernel:
             pass
+        try:
+            return _export_model_file(spec, opts, mf)
+        except ExportError as e:
+            if "declared dynamic range" not in str(e):
+                raise
+        # PyTorch's pick for attention with a mask (memory-efficient attention) pads the mask to a multiple of
+        # 8, a guard torch.export cannot prove for every size of a dynamic sequence dim (a Hugging Face BERT
+        # fails so on the H200); the math kernel has no such guard. A failure of another kind fails again.
+        with attention_backend("math"):
+            return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="math"), mf)
     with attention_backend(opts.sdpa_backend):
         return _export_model_file(spec, opts, mf)
 
