@@ -115,6 +115,14 @@ def shm_region(port: int, name: str, byte_size: int):
             mem.unlink()
 
 
+def bodies_load(port: int, model: str, files: list[Path], concurrency: int, seconds: float,
+                content_type: str = "application/json") -> dict:
+    """http_load's numbers for requests read from `files`, each connection sending them in turn (connection i
+    starting at the i-th), so that requests of different shapes mix."""
+    flags = [a for f in files for a in ("--body", str(f))] + ["--header", f"Content-Type: {content_type}"]
+    return _aotc_load(f"http://127.0.0.1:{port}/v2/models/{model}/infer", concurrency, seconds, flags)
+
+
 def loopback_load(answer_bytes: int, seconds: float, socket_buffer: int = 0) -> dict:
     """http_load's numbers for aotc-load's own loopback responder answering `answer_bytes` bytes to a GET on one
     connection: what an answer of that size costs on this host's loopback TCP with no server work at all.

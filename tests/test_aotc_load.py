@@ -96,6 +96,22 @@ def test_every_400_is_an_error_and_the_exit_status_is_1(tmp_path, mlp_server, ml
     assert len(err.splitlines()) == 1 and "400" in err
 
 
+def test_several_bodies_are_sent_in_turn_on_each_connection(tmp_path, mlp_server, mlp_input):
+    # A valid body and one the server refuses with a 400, each connection alternating between them: about as
+    # many answers of each, on every connection (connection i starts at body i).
+    good = json.dumps({"inputs": [{"name": "x", "shape": [1, 512], "datatype": "FP32",
+                                   "data": mlp_input[0].tolist()}]})
+    (tmp_path / "good.json").write_text(good)
+    (tmp_path / "bad.json").write_text(good.replace('"x"', '"not_an_input"'))
+    argv = [load_exe(), "--url", f"{mlp_server.url}/v2/models/mlp/infer", "--body", str(tmp_path / "good.json"),
+            "--body", str(tmp_path / "bad.json"), "--connections", "2", "--duration", "1",
+            "--header", "Content-Type: application/json"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    s = json.loads(r.stdout.split(" ", 1)[1])
+    assert r.returncode == 0 and s["requests"] > 10 and s["status"] == {"400": s["errors"]}, r.stdout + r.stderr
+    assert abs(s["requests"] - s["errors"]) <= 2, s  # each connection alternates, so the counts differ by <= 1 each
+
+
 class _ChunkedHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True

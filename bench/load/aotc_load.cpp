@@ -3,7 +3,7 @@
 // recv calls, where wrk reads 8 KiB at a time). Not a general HTTP client: http:// only, one POST (or GET)
 // replayed.
 //
-//   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE] [--header "Name: value"]...
+//   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE]... [--header "Name: value"]...
 //             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]
 //   aotc-load --loopback-bytes N ...   (instead of --url: the floor of an N-byte answer, responder.h)
 //
@@ -52,16 +52,16 @@ struct Stats {
 };
 
 struct Plan {
-  const std::string* request;
+  std::vector<std::string> requests;  // connection i sends requests[(i + k) % size] as its k-th
   Clock::time_point counted_from, stop_at;
 };
 
-void run_connection(const Plan& plan, Connection* conn, Stats* stats) {
+void run_connection(const Plan& plan, size_t first, Connection* conn, Stats* stats) {
   auto note = [stats](const std::string& what) {
     if (stats->first_error.empty()) stats->first_error = what;
   };
   stats->latency_us.reserve(1 << 14);
-  for (;;) {
+  for (size_t k = first;; ++k) {
     Clock::time_point t0 = Clock::now();
     if (t0 >= plan.stop_at) break;
     bool counted = t0 >= plan.counted_from;
@@ -75,7 +75,7 @@ void run_connection(const Plan& plan, Connection* conn, Stats* stats) {
       t0 = Clock::now();
     }
     try {
-      int status = conn->exchange(*plan.request);
+      int status = conn->exchange(plan.requests[k % plan.requests.size()]);
       Clock::time_point t1 = Clock::now();
       if (!counted) continue;
       stats->last_done = t1;
@@ -118,13 +118,13 @@ int run(Args a) {
     }
     parse_url("http://127.0.0.1:" + responder->port() + "/", a);
   }
-  std::string body;
-  if (!a.body_file.empty()) {
-    std::ifstream in(a.body_file, std::ios::binary);
-    if (!in) throw UsageError("cannot read --body '" + a.body_file + "'");
-    body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  Plan plan;
+  for (const auto& file : a.body_files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw UsageError("cannot read --body '" + file + "'");
+    plan.requests.push_back(build_request(a, std::string(std::istreambuf_iterator<char>(in), {})));
   }
-  const std::string request = build_request(a, body);
+  if (plan.requests.empty()) plan.requests.push_back(build_request(a, ""));
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -148,7 +148,6 @@ int run(Args a) {
     }
   }
 
-  Plan plan{&request, {}, {}};
   Clock::time_point start = Clock::now();
   plan.counted_from = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.warmup_s));
   plan.stop_at = plan.counted_from +
@@ -156,7 +155,7 @@ int run(Args a) {
   std::vector<Stats> stats(a.connections);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < a.connections; ++i)
-    threads.emplace_back(run_connection, std::cref(plan), conns[i].get(), &stats[i]);
+    threads.emplace_back(run_connection, std::cref(plan), i, conns[i].get(), &stats[i]);
   for (auto& t : threads) t.join();
 
   Stats all;

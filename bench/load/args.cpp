@@ -11,11 +11,12 @@
 namespace aotc_load {
 
 const char* const kUsage =
-    "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE] [--header 'Name: value']... [--connections C]\n"
+    "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE]... [--header 'Name: value']... [--connections C]\n"
     "                 [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]\n"
     "       aotc-load --loopback-bytes N [the same flags but --url]\n"
     "  POSTs FILE (without --body: GETs PATH) on C keep-alive connections (default 1), each waiting for its\n"
-    "  answer before sending again,\n"
+    "  answer before sending again; with several --body files, each connection sends them in turn (connection\n"
+    "  i starting at the i-th), so that requests of different shapes mix,\n"
     "  for S seconds (default 10) after a warm-up (default 0) whose requests are not counted; a connection\n"
     "  that stalls for --timeout seconds (default 30) is an error. Prints one line `AOTC_LOAD {json}`.\n"
     "  --loopback-bytes N: instead of a server at --url, a responder in this process on 127.0.0.1 answers\n"
@@ -90,7 +91,7 @@ Args parse_args(int argc, char** argv) {
     if (arg == "--url") {
       url = need();
     } else if (arg == "--body") {
-      a.body_file = need();
+      a.body_files.push_back(need());
     } else if (arg == "--header") {
       std::string h = need();
       size_t colon = h.find(':');
@@ -132,7 +133,7 @@ Args parse_args(int argc, char** argv) {
 
 
 std::string build_request(const Args& a, const std::string& body) {
-  const bool post = !a.body_file.empty();
+  const bool post = !a.body_files.empty();
   std::string req = (post ? "POST " : "GET ") + a.path + " HTTP/1.1\r\n";
   bool own_host = std::none_of(a.headers.begin(), a.headers.end(), [](const std::string& h) {
     return h.size() >= 5 && strncasecmp(h.c_str(), "host:", 5) == 0;

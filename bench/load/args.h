@@ -17,7 +17,7 @@ struct UsageError : std::runtime_error {
 
 struct Args {
   std::string host, port = "80", path, host_header;
-  std::string body_file;
+  std::vector<std::string> body_files;  // --body, repeatable: each connection sends them in turn
   std::vector<std::string> headers;
   size_t connections = 1;
   double duration_s = 10, warmup_s = 0, timeout_s = 30;
@@ -31,7 +31,7 @@ Args parse_args(int argc, char** argv);
 // http://HOST[:PORT]/PATH (HOST may be [IPv6]) into a's host, port, path and Host header.
 void parse_url(const std::string& url, Args& a);
 
-// The whole request, built once and shared read-only by every thread: GET PATH, or POST of `body` when
+// One whole request, built once and shared read-only by every thread: GET PATH, or POST of `body` when
 // --body was given; Host unless a --header sets it.
 std::string build_request(const Args& a, const std::string& body);
 
