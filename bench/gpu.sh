@@ -6,7 +6,7 @@
 # CPU development machine (it has no CUDA).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup"
+ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench"
 
 usage() {
   cat <<'EOF'
@@ -36,6 +36,8 @@ The others run in the order given:
   memory    bench/gpu_memory.py: each BERT package's size and its device memory once loaded     memory.md
   loopback  bench/loopback.py: the floor of an N-byte answer over loopback TCP (no GPU)        loopback.md
   warmup    bench/warmup.py: BERT's first 200 answers after a hot reload, warm-up on and off    warmup.md
+  seqbench  bench/seq_buckets.py: BERT-base fp16, lengths 8..128 at concurrency 32: sequence buckets
+            32,64,128 against one padded shape and a dynamic sequence dim        seq_buckets.{log,md}
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -456,6 +458,9 @@ for s in $STAGES; do
     warmup) wait_eb; stage warmup "$OUT/warmup.log" "$PY" bench/warmup.py --package "$PKGS/bert_base.pt2" \
               --batches 1,2,4,8,16,32 --clients 16 --seconds 3 --rounds 3 --out "$OUT/warmup.md" ;;
     memory) wait_eb; stage memory "$OUT/memory.log" memory ;;
+    seqbench) wait_eb; stage seqbench "$OUT/seq_buckets.log" "$PY" bench/seq_buckets.py --device cuda \
+                --dtype fp16 --export-arg=--static-batches=none --runners 2 --seconds 8 --rounds 2 \
+                --pkg-dir /tmp/aotc-seq --out "$OUT/seq_buckets.md" ;;
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
     probe) wait_eb; stage probe "$OUT/probe.log" probe ;;

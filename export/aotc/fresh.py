@@ -62,13 +62,17 @@ def fresh_cases(mf, specs: list[TensorSpec], dims: dict | None, examples, cast=l
     out = []
     for label, sizes in cases:
         shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-        if mf.size_params is not None:
-            inputs = tuple(cast(x) for x in mf.make_inputs(**sizes))
-        else:
-            full = {**base, **sizes}
-            inputs = tuple(random_like(x, shape_for(s, full), gen).to(x.device) for s, x in zip(specs, examples))
-        out.append((f"fresh {label} ({shown})", inputs))
+        out.append((f"fresh {label} ({shown})", inputs_at(mf, specs, examples, base, sizes, cast, gen)))
     return out, unvaried
+
+
+def inputs_at(mf, specs: list[TensorSpec], examples, base: dict, sizes: dict, cast, gen) -> tuple:
+    """Flat inputs with the dims of `sizes` at those sizes (by name), the others at `base`'s (example_sizes):
+    from the file's make_inputs where it has one, else random like `examples`."""
+    if mf.size_params is not None:
+        return tuple(cast(x) for x in mf.make_inputs(**sizes))
+    full = {**base, **sizes}
+    return tuple(random_like(x, shape_for(s, full), gen).to(x.device) for s, x in zip(specs, examples))
 
 
 def random_like(x, shape, gen):

@@ -2,9 +2,10 @@
 
 A model file exposes `model()` (or the function NAME) -> nn.Module, `example_inputs()` -> tuple of tensors
 (by position) and/or `example_kwargs()` -> dict of tensors (by forward's parameter names), and optionally
-`dynamic_shapes()` (torch.export's form), `output_names()`, `tolerance()` and `make_inputs(batch, seq, ...)`
+`dynamic_shapes()` (torch.export's form), `output_names()`, `tolerance()`, `make_inputs(batch, seq, ...)`
 (fresh inputs at the sizes of the dynamic dims its parameters are named after, for models whose inputs are
-not independent random tensors, e.g. offsets, masks). Anything else is a ModelFileError whose one line names
+not independent random tensors, e.g. offsets, masks) and `pad_values()` ({input name: the value padding takes},
+for --seq-buckets). Anything else is a ModelFileError whose one line names
 what was expected.
 
 The inputs are bound to forward's parameters once, here: every later stage sees them flat, in call order
@@ -30,7 +31,7 @@ from typing import Any
 from aotc.errors import ModelFileError
 from aotc.model_dims import check_dynamic_shapes, dim_names, example_sizes
 
-_OPTIONAL_HOOKS = ("example_kwargs", "dynamic_shapes", "output_names", "tolerance", "make_inputs")
+_OPTIONAL_HOOKS = ("example_kwargs", "dynamic_shapes", "output_names", "tolerance", "make_inputs", "pad_values")
 
 
 @dataclasses.dataclass
@@ -47,6 +48,7 @@ class ModelFile:
     output_names: list[str] | None
     tolerance: dict[str, float] | None   # {"atol", "rtol"}
     positional: int | None = None        # how many inputs go by position (the rest by name); None: all
+    pad_values: dict[str, float] | None = None  # pad_values(): {input name: the value its padding takes}
 
     @property
     def default_name(self) -> str:
@@ -177,6 +179,8 @@ def load_model_file(spec: str) -> ModelFile:
         mf.output_names = _check_output_names(path, _call(mf, "output_names", module.output_names))
     if hasattr(module, "tolerance"):
         mf.tolerance = _check_tolerance(path, _call(mf, "tolerance", module.tolerance))
+    if hasattr(module, "pad_values"):
+        mf.pad_values = _check_pad_values(path, _call(mf, "pad_values", module.pad_values), input_names)
     return mf
 
 
@@ -308,6 +312,17 @@ def _check_output_names(path: str, names) -> list[str]:
     if len(set(names)) != len(names):
         raise ModelFileError(f"{path}: output_names() returned duplicate names {list(names)}")
     return list(names)
+
+
+def _check_pad_values(path: str, values, input_names: list[str]) -> dict[str, float]:
+    if not isinstance(values, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               for v in values.values()):
+        raise ModelFileError(f"{path}: pad_values() returned {values!r}, expected {{input name: number}}")
+    unknown = sorted(set(values) - set(input_names))
+    if unknown:
+        raise ModelFileError(f"{path}: pad_values() names {unknown}, which are not inputs; the inputs are "
+                             f"{input_names}")
+    return {k: float(v) for k, v in values.items()}
 
 
 def _check_tolerance(path: str, tol) -> dict[str, float]:

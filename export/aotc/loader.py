@@ -15,6 +15,7 @@ import os
 import threading
 
 from aotc import manifest as manifest_mod
+from aotc import seq_buckets
 from aotc.errors import InputError, PackageError
 from aotc.manifest import Manifest
 
@@ -35,12 +36,14 @@ def ensure_libstdcxx_global() -> None:
 
 class Runner:
     """A loaded package. Call it with the inputs in manifest order (flat, as the manifest lists them); returns
-    a list of output tensors in manifest order."""
+    a list of output tensors in manifest order. A graph static at a sequence bucket (`seq_size`) takes any
+    length up to it: the inputs are padded to it and the per-token outputs cut back (aotc.seq_buckets)."""
 
-    def __init__(self, path: str, manifest: Manifest, compiled):
+    def __init__(self, path: str, manifest: Manifest, compiled, seq_size: int | None = None):
         self.path, self.manifest, self._compiled = path, manifest, compiled
         self.input_names = manifest.input_names
         self.output_names = manifest.output_names
+        self.seq_size = seq_size
         self._lent = {}  # weights lent to a graph compiled without its own: it reads them in place
 
     def lend_weights(self, graph: str, weights: dict | None) -> None:
@@ -89,15 +92,49 @@ class Runner:
         """Outputs as a flat list in manifest order, whatever pytree forward returned (a dict, a ModelOutput):
         the compiled model is called on the flat tensors, so nothing here needs the output's Python types."""
         self.validate(inputs)
-        return list(self._compiled.loader.boxed_run([x.contiguous() for x in inputs]))
+        seq = self.manifest.seq_buckets
+        if self.seq_size is None:
+            return list(self._compiled.loader.boxed_run([x.contiguous() for x in inputs]))
+        length = seq_buckets.length_of(inputs, self.input_names, seq)
+        if length > self.seq_size:
+            raise InputError(f"sequence length {length} is beyond this graph's bucket {self.seq_size}")
+        padded = seq_buckets.pad(inputs, self.input_names, seq, self.seq_size)
+        outs = self._compiled.loader.boxed_run([x.contiguous() for x in padded])
+        return [o.contiguous() for o in seq_buckets.cut(outs, self.output_names, seq, length)]
+
+
+class BucketRunner:
+    """A package with sequence buckets as one Runner: each call runs in the graph of its bucket (each loaded
+    at its first call), padded there."""
+
+    def __init__(self, first: Runner, load):
+        self.path, self.manifest = first.path, first.manifest
+        self.input_names, self.output_names = first.input_names, first.output_names
+        self._runners = {first.seq_size: first}
+        self._load = load  # graph name -> Runner
+        self._lock = threading.Lock()
+
+    def validate(self, inputs) -> None:
+        next(iter(self._runners.values())).validate(inputs)
+
+    def __call__(self, *inputs):
+        self.validate(inputs)
+        seq = self.manifest.seq_buckets
+        size = seq.bucket(seq_buckets.length_of(inputs, self.input_names, seq))
+        with self._lock:
+            if size not in self._runners:
+                self._runners[size] = self._load(seq.graphs[size])
+            runner = self._runners[size]
+        return runner(*inputs)
 
 
 def load_package(path: str, device_index: int | None = None, verify: bool = True, graph: str = "model",
-                 weights: dict | None = None) -> Runner:
+                 weights: dict | None = None) -> Runner | BucketRunner:
     """Verifies and loads an aotc package; returns a Runner of one of its graphs ("model", the one with the
-    dynamic batch, or a name from the manifest's static_graphs). A static graph compiled without weights
-    (static_graphs[].weights "model") runs on `weights`, the model's tensors by fully qualified name, lent
-    without a copy (the C++ runtime lends it the main graph's itself). Raises PackageError when it cannot
+    dynamic batch, or a name from the manifest's static_graphs or seq_buckets). A graph compiled without weights
+    (static_graphs[].weights "model", seq_buckets.weights) runs on `weights`, the model's tensors by fully
+    qualified name, lent without a copy (the C++ runtime lends it the main graph's itself). "model" of a
+    package with sequence buckets is every bucket's graph (BucketRunner). Raises PackageError when it cannot
     run here."""
     manifest = manifest_mod.read(path)
     if verify:
@@ -113,9 +150,13 @@ def load_package(path: str, device_index: int | None = None, verify: bool = True
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PackageError(f"{path}: loading the compiled model failed: {first[:300]}") from e
-    runner = Runner(path, manifest, compiled)
+    seq = manifest.seq_buckets
     static = manifest.static_graph(graph)
-    if static is not None and static.weights:
+    size = None if seq is None else (static.seq if static else next((n for n, g in seq.graphs.items() if g == graph), None))
+    runner = Runner(path, manifest, compiled, size)
+    if (static is not None and static.weights) or (seq is not None and graph in seq.weights):
         runner.lend_weights(graph, weights)
+    if seq is not None and graph == "model":
+        return BucketRunner(runner, lambda name: load_package(path, device_index, False, name, weights))
     return runner
 

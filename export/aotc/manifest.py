@@ -55,9 +55,41 @@ class StaticGraph:
     batch: int
     graph: str                    # the AOTInductor model name in the archive, e.g. "batch8_static"
     weights: str | None = None    # "model": compiled without weights, runs on the main graph's
+    seq: int | None = None        # a package with seq_buckets: the sequence bucket it is static at too
 
     def to_dict(self) -> dict:
-        return {"batch": self.batch, "graph": self.graph, **({"weights": self.weights} if self.weights else {})}
+        return {"batch": self.batch, "graph": self.graph, **({"weights": self.weights} if self.weights else {}),
+                **({"seq": self.seq} if self.seq is not None else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class SeqBuckets:
+    """`aotc export --seq-buckets`: a graph with the sequence dim static at each size. A call of length l runs
+    in the smallest size >= l, its inputs padded along the dim with their pad values and its per-token outputs
+    cut back to l (aotc.seq_buckets; the C++ runtime and server do the same)."""
+    dim: str                   # the free dim's name (a key of Manifest.dims), e.g. "seq"
+    sizes: tuple[int, ...]     # ascending; the largest is the most the package takes
+    inputs: dict               # input name -> the axis that is the dim
+    outputs: dict              # output name -> the axis that is the dim (outputs without it are not listed)
+    pad_values: dict           # input name -> the value its padding takes
+    graphs: dict               # size -> the AOTInductor model name (the largest size's is "model")
+    weights: tuple[str, ...] = ()  # the graphs compiled without weights, which run on "model"'s
+
+    def to_dict(self) -> dict:
+        return {"dim": self.dim, "sizes": list(self.sizes), "inputs": dict(self.inputs),
+                "outputs": dict(self.outputs), "pad_values": dict(self.pad_values),
+                "graphs": {str(k): v for k, v in self.graphs.items()}, "weights": list(self.weights)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SeqBuckets:
+        return cls(str(d["dim"]), tuple(int(n) for n in d["sizes"]), {str(k): int(v) for k, v in d["inputs"].items()},
+                   {str(k): int(v) for k, v in d["outputs"].items()},
+                   {str(k): float(v) for k, v in d["pad_values"].items()},
+                   {int(k): str(v) for k, v in d["graphs"].items()}, tuple(str(g) for g in d.get("weights", ())))
+
+    def bucket(self, length: int) -> int | None:
+        """The size a call of `length` runs at; None beyond the largest."""
+        return next((n for n in self.sizes if n >= length), None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +125,7 @@ class Manifest:
     dims: dict = dataclasses.field(default_factory=dict)
     # what the sample cap kept: {"max_bytes": N or None (no cap), "bytes": kept, "left_out": [{"case", "bytes"}]}
     samples_cap: dict = dataclasses.field(default_factory=dict)
+    seq_buckets: SeqBuckets | None = None
     format: str = FORMAT
     aotc_version: str = ""
     created: str = ""
@@ -128,6 +161,7 @@ class Manifest:
             "static_graphs": [g.to_dict() for g in self.static_graphs],
             **({"dims": {k: list(v) for k, v in self.dims.items()}} if self.dims else {}),
             **({"samples_cap": self.samples_cap} if self.samples_cap else {}),
+            **({"seq_buckets": self.seq_buckets.to_dict()} if self.seq_buckets else {}),
         }
 
     def to_json(self) -> str:
@@ -154,12 +188,14 @@ class Manifest:
                 cpu_isa=d.get("cpu_isa") or "", cuda_arch=None if arch is None else tuple(arch),
                 compile=dict(d.get("compile") or {}), rewrites=dict(d.get("rewrites") or {}),
                 fallback_ops=tuple(d.get("fallback_ops") or ()), files_sha256=dict(d.get("files_sha256") or {}),
-                static_graphs=tuple(StaticGraph(int(g["batch"]), str(g["graph"]), g.get("weights"))
+                static_graphs=tuple(StaticGraph(int(g["batch"]), str(g["graph"]), g.get("weights"),
+                                                None if g.get("seq") is None else int(g["seq"]))
                                     for g in d.get("static_graphs") or ()),
                 dims={str(k): (int(v[0]), int(v[1])) for k, v in (d.get("dims") or {}).items()},
                 samples_cap=dict(d.get("samples_cap") or {}),
+                seq_buckets=SeqBuckets.from_dict(d["seq_buckets"]) if d.get("seq_buckets") else None,
                 format=d["format"], aotc_version=str(d.get("aotc_version", "")), created=str(d.get("created", "")))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PackageError(f"{where}: the aotc manifest is malformed ({type(e).__name__}: {e}); re-export "
                                f"the package") from None
 

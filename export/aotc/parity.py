@@ -4,7 +4,8 @@
 stored as samples): the example inputs, then fresh inputs from aotc.fresh (every dynamic dim at its min,
 max and an odd size, together and apart; the file's `make_inputs` where it has one). `trivial_outputs`
 names the outputs whose reference tests nothing at the tolerance (near zero or constant in every case), which
-makes the verdict INCONCLUSIVE. `shrink_sample` makes the example smaller when it does not fit the sample
+makes the verdict INCONCLUSIVE. With sequence buckets, `seq_bucket_cases` adds a case at a padded length in
+every bucket and `padding_changes_answer` refuses a model whose answer depends on the padding. `shrink_sample` makes the example smaller when it does not fit the sample
 cap. `check` loads the package through aotc.loader and compares by aotc's one parity rule
 (aotc_client.compare). Not a benchmark. Uses a private RNG; safe to call from one thread at a time (eager
 models may not be).
@@ -173,3 +174,49 @@ def check(path: str, cases: list[dict], tol, device: str, weights: dict | None =
         ok = len(outs) == len(case["ref"]) and all(e.ok for e in errors.values())
         results.append({"label": case["label"], "ok": ok, "errors": errors})
     return results
+
+
+def seq_bucket_cases(mf, model, examples, specs_in, dims: dict, seq, device: str,
+                     dtype: str) -> list[dict]:
+    """Parity cases at a padded length in every bucket (seq_buckets.bucket_lengths; `seq` a manifest.SeqBuckets,
+    `specs_in` the manifest's inputs), the other dims at the example's sizes, each with eager's answer on the
+    unpadded inputs."""
+    import torch
+
+    from aotc.seq_buckets import bucket_lengths
+
+    specs, cast = specs_from_manifest(specs_in), _caster(device, dtype)
+    gen = torch.Generator().manual_seed(4242)
+    base = fresh.example_sizes(specs, examples)
+    if mf.size_params is not None and "batch" in mf.size_params.values() and examples and examples[0].dim():
+        base.setdefault("batch", int(examples[0].shape[0]))
+    cases = []
+    for size, length in bucket_lengths(seq, dims[seq.dim][0]):
+        sizes = {**base, seq.dim: length}
+        ins = fresh.inputs_at(mf, specs, examples, base, sizes, cast, gen)
+        cases.append(_case(f"seq bucket {size} ({seq.dim}={length})", ins, exp.eager_outputs(model, ins, mf),
+                           sample=False))
+    return cases
+
+
+def padding_changes_answer(model, mf, cases: list[dict], seq, output_names: list[str], tol):
+    """None when eager gives the same answer on every case padded to its bucket as unpadded (its reference),
+    else the one line saying where it does not: a model whose answer depends on the padding cannot be
+    bucketed."""
+    from aotc import seq_buckets
+
+    for case in cases:
+        length = seq_buckets.length_of(case["inputs"], mf.input_names, seq)
+        size = seq.bucket(length)
+        if size is None or size == length:
+            continue
+        padded = exp.eager_outputs(model, seq_buckets.pad(case["inputs"], mf.input_names, seq, size), mf)
+        for name, got, want in zip(output_names, seq_buckets.cut(padded, output_names, seq, length), case["ref"]):
+            c = compare(name, got, want, tol)
+            if not c.ok:
+                return (f"--seq-buckets: the model's answer changes with padding: output '{name}' of case "
+                        f"'{case['label']}' (length {length}) padded to {size} differs from the unpadded answer "
+                        f"by max abs {c.max_abs:.3g} ({c.mismatched} elements beyond atol={tol.atol:g} "
+                        f"rtol={tol.rtol:g}); bucketing needs a model that ignores its padding, e.g. through an "
+                        f"attention mask padded with 0 (pad_values() sets the values)")
+    return None

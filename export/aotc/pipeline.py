@@ -14,20 +14,12 @@ import tempfile
 
 from aotc import compile as aoti
 from aotc import export as exp
-from aotc import package, parity, report
+from aotc import graphs, package, parity, report, seq_buckets
 from aotc.errors import ExportError, InconclusiveError, NoAttentionKernel, ParityError
+from aotc.graphs import DEFAULT_STATIC_BATCHES, graph_buckets, static_graph_plan  # noqa: F401  (the flag's docs)
 from aotc.manifest import Batch, StaticGraph, Tolerance
 from aotc.load_model import load_model_file, with_example_batch
 from aotc_client.compare import default_tolerance
-
-# --static-batches when not given, for a model with a dynamic batch. On the H200, static graphs at the
-# buckets up to 32 made BERT-base's batch-8 call 19% shorter than the dynamic graph's (and ahead of
-# torch.compile's reduce-overhead, which the dynamic graph is not) and dynamic batching 4.4x instead of
-# 3.8x, for about 80 s more compile, 13% more package and no more device memory (they run on the main graph's
-# weights): docs/performance.md. On the CPU, freezing folds the weights into each graph, so each would
-# carry its own copy: none by default.
-DEFAULT_STATIC_BATCHES = {"cpu": (), "cuda": "buckets:32"}
-
 
 @dataclasses.dataclass
 class ExportOptions:
@@ -39,6 +31,8 @@ class ExportOptions:
     # also compile a graph with dim 0 static at each of these sizes; or "buckets" / "buckets:N" (static_graph_plan);
     # None: DEFAULT_STATIC_BATCHES for the device, where the model has a dynamic batch
     static_batches: tuple[int, ...] | str | None = None
+    # --seq-buckets INPUT:AXIS[,...]=N,N,...: a graph with the sequence dim static at each size (seq_buckets)
+    seq_buckets: str | None = None
     max_autotune: bool = False
     freezing: bool | None = None  # None: compile.DEVICE_DEFAULTS
     inductor_extra: dict = dataclasses.field(default_factory=dict)  # --inductor-config KEY=VALUE, applied last
@@ -114,15 +108,17 @@ def _output_path(opts: ExportOptions, mf) -> str:
     return out
 
 
-STAGES = 8  # the progress lines of an export without static graphs (each static graph adds two)
+STAGES = 8  # the progress lines of an export with no other graph (each static graph adds two, a bucket's too)
 
 
 def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
     _check_device(opts)
     # the static graphs, counted now with --dynamic-batch, a list of sizes or no default; else (the buckets of a
     # batch range torch.export has yet to find) the stage count goes without a total until it does
-    if opts.dynamic_batch:
-        planned = len(_static_plan(opts, Batch(*opts.dynamic_batch)))
+    if opts.seq_buckets:
+        planned = None
+    elif opts.dynamic_batch:
+        planned = len(graphs.static_plan(opts, Batch(*opts.dynamic_batch)))
     elif isinstance(opts.static_batches, tuple):
         planned = len(set(opts.static_batches))
     elif opts.static_batches is None and not DEFAULT_STATIC_BATCHES[opts.device]:
@@ -149,37 +145,62 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         attention = any("scaled_dot_product" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
 
     with prog.stage("graph report and rewrites" + (" (quick)" if opts.quick else "")) as note:
-        ep, rewrites = _rewrite(ep, inputs, opts)
+        ep, rewrites = graphs.rewrite(ep, inputs, opts)
         graph = report.graph_report(ep, mf.args_kwargs(inputs), decompose=not opts.quick)
         if graph["python_ops"] and not opts.allow_python_ops:
             raise ExportError(report.python_ops_message(graph["python_ops"]))
         specs_in, specs_out, batch = package.tensor_specs(ep, mf.input_names, output_names)
         specs_in, dims = package.name_dims(ep, mf, specs_in, batch is not None)
+        seq = None
+        if opts.seq_buckets:
+            seq = seq_buckets.plan(seq_buckets.parse(opts.seq_buckets), ep, mf.input_names, output_names, specs_in,
+                                   dims, mf.pad_values)
+            specs_in = seq_buckets.narrow(specs_in, seq.inputs, seq)
+            specs_out = seq_buckets.narrow(specs_out, seq.outputs, seq)
+            dims = {**dims, seq.dim: (dims[seq.dim][0], seq.sizes[-1])}
         note["text"] = f"{graph['nodes']} ops, fallback: {', '.join(graph['fallback_ops']) or 'none'}"
 
     tol = tolerance_for(mf, opts.dtype)
     with prog.stage("eager runs of the parity cases" + (" (quick: the examples only)" if opts.quick else "")) as note:
         cases, unvaried = parity.make_cases(mf, model, inputs, ref, specs_in, dims, opts.device, opts.dtype,
                                             quick=opts.quick)
+        if seq is not None:
+            if not opts.quick:
+                cases += parity.seq_bucket_cases(mf, model, inputs, specs_in, dims, seq, opts.device, opts.dtype)
+            why = parity.padding_changes_answer(model, mf, cases, seq, output_names, tol)
+            if why:
+                raise ExportError(why)
         trivial = parity.trivial_outputs(cases, output_names, tol)
         if trivial and not opts.allow_trivial_outputs:
             raise InconclusiveError(parity.inconclusive_message(trivial, len(cases), tol))
         note["text"] = f"{len(cases)} cases" + (f"; not varied: {', '.join(unvaried)}" if unvaried else "")
-    static = _static_plan(opts, batch)
-    prog.total = STAGES + 2 * len(static)
+    extra = graphs.plan(graphs.static_plan(opts, batch), seq)
+    prog.total = STAGES + 2 * len(extra) - (1 if seq else 0)  # with buckets, "model" is one of them
     inductor = aoti.inductor_configs(opts.device, opts.max_autotune, "", opts.freezing, opts.inductor_extra)
     inductor.pop("aot_inductor.metadata")
-    static_programs = {}  # graph name -> its exported program
-    main_weights = weights_by_fqn(ep)
-    for i, g in enumerate(static):  # each static graph's parity case is also a sample, for aotc-run's self-check
-        with prog.stage(f"torch.export, static batch {g.batch}"):
-            _, inputs_s = exp.prepare(with_example_batch(mf, g.batch), opts.device, opts.dtype)
-            ref_s = exp.eager_outputs(model, inputs_s, mf)
-            static_programs[g.graph] = _static_program(mf, model, inputs_s, rewrites, opts)
-            if not inductor.get("freezing") and borrows_weights(static_programs[g.graph], main_weights):
-                # compiled without weights: the runtime lends it the main graph's
-                static[i] = g = dataclasses.replace(g, weights="model")
-            cases.append(parity.static_case(g, inputs_s, ref_s))
+    programs, static, borrowing = {}, [], set()  # graph name -> its exported program; static_graphs; no weights
+    main_weights = graphs.weights_by_fqn(ep)
+    for g in extra:  # each static batch graph's parity case is also a sample, for aotc-run's self-check
+        shown = ", ".join(f"{k} {v}" for k, v in (("seq", g.seq), ("batch", g.batch)) if v is not None)
+        with prog.stage(f"torch.export, static {shown}"):
+            _, ins = exp.prepare(with_example_batch(mf, g.batch) if g.batch else mf, opts.device, opts.dtype)
+            ins = seq_buckets.resize(ins, mf.input_names, seq, g.seq) if seq else ins
+            programs[g.name] = graphs.export_graph(mf, model, ins, rewrites, opts, g.batch is not None, seq)
+            if g.name == "model":  # the largest bucket's: the main graph, whose weights the others may take
+                ep = programs.pop("model")
+                main_weights = graphs.weights_by_fqn(ep)
+                continue
+            if not inductor.get("freezing") and graphs.borrows_weights(programs[g.name], main_weights):
+                borrowing.add(g.name)  # compiled without weights: the runtime lends it the main graph's
+            if g.batch is not None:
+                static.append(StaticGraph(g.batch, g.name, "model" if g.name in borrowing else None, g.seq))
+                if seq:  # its case at a length the graph pads
+                    ins = seq_buckets.resize(ins, mf.input_names, seq,
+                                             dict(seq_buckets.bucket_lengths(seq, dims[seq.dim][0])).get(g.seq, g.seq))
+                cases.append(parity.static_case(static[-1], ins, exp.eager_outputs(model, ins, mf)))
+    if seq:
+        seq = dataclasses.replace(seq, graphs={n: seq_buckets.graph_name(seq, n) for n in seq.sizes},
+                                  weights=tuple(g.name for g in extra if g.batch is None and g.name in borrowing))
 
     sample_entries, sample_bytes, samples_cap = parity.samples_within(mf, model, cases, specs_in, dims, opts.samples,
                                                                        opts.device, opts.dtype)
@@ -191,7 +212,8 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         name=name, device=opts.device, cpu_isa=aoti.cpu_isa() if opts.device == "cpu" else "",
         cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
         batch=batch, compile_options=compile_options, rewrites=rewrites, fallback_ops=graph["fallback_ops"],
-        tolerance=tol, samples=sample_entries, static_graphs=static, dims=dims, samples_cap=samples_cap)
+        tolerance=tol, samples=sample_entries, static_graphs=static, dims=dims, samples_cap=samples_cap,
+        seq_buckets=seq)
 
     out_dir = os.path.dirname(os.path.abspath(out))
     os.makedirs(out_dir, exist_ok=True)
@@ -202,11 +224,14 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                                             opts.inductor_extra)
             compile_s = aoti.compile_package(ep, compiled, configs)
         static_compiled = {}
-        for g in static:
-            with prog.stage(f"AOTInductor compile, static batch {g.batch}"):
-                static_compiled[g.graph] = os.path.join(tmp, f"{g.graph}.pt2")
-                without_weights = {"aot_inductor.package_constants_in_so": False} if g.weights else {}
-                compile_s += aoti.compile_package(static_programs.pop(g.graph), static_compiled[g.graph],
+        for g in extra:
+            if g.name == "model":
+                continue
+            shown = ", ".join(f"{k} {v}" for k, v in (("seq", g.seq), ("batch", g.batch)) if v is not None)
+            with prog.stage(f"AOTInductor compile, static {shown}"):
+                static_compiled[g.name] = os.path.join(tmp, f"{g.name}.pt2")
+                without_weights = {"aot_inductor.package_constants_in_so": False} if g.name in borrowing else {}
+                compile_s += aoti.compile_package(programs.pop(g.name), static_compiled[g.name],
                                                   {**configs, **without_weights})
 
         with prog.stage("packaging (manifest, hashes, samples)") as note:
@@ -222,93 +247,6 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         note["text"] = f"{sum(r['ok'] for r in results)}/{len(results)} cases within tolerance"
     return {"path": out, "manifest": manifest, "graph": graph, "compile_s": compile_s, "size_bytes": size,
             "parity": results, "unvaried": unvaried, "trivial": trivial, "quick": opts.quick}
-
-
-def graph_buckets(lo: int, hi: int) -> list[int]:
-    """The C++ runtime's CUDA-graph buckets for a batch range (runtime_cpp/src/cuda_graphs.cpp batch_buckets):
-    every power of two in [lo, hi), then hi."""
-    out, b = [], 1
-    while b < hi:
-        if b >= lo:
-            out.append(b)
-        b *= 2
-    return out + [hi]
-
-
-def _static_plan(opts, batch: Batch | None) -> list[StaticGraph]:
-    """The static graphs to compile (static_graph_plan): those --static-batches asks for, else the device's
-    default where the model has a dynamic batch with a bucket in it (a default asks for nothing it cannot
-    have, so it never fails the export)."""
-    if opts.static_batches is not None:
-        return static_graph_plan(opts.static_batches, batch)
-    default = DEFAULT_STATIC_BATCHES[opts.device]
-    if not default or batch is None:
-        return []
-    cap = int(default.split(":", 1)[1])
-    return static_graph_plan(default, batch) if batch.min <= cap else []
-
-
-def static_graph_plan(sizes, batch: Batch | None) -> list[StaticGraph]:
-    """The manifest's 'static_graphs' (each a batch size and its AOTI model name) for `--static-batches`.
-    `sizes`: batch sizes, or "buckets" (every CUDA-graph bucket of the batch range) / "buckets:N" (those up to
-    N). Raises ExportError when the package has no batch dim or a size is outside it."""
-    if not sizes:
-        return []
-    if batch is None:
-        shown = sizes if isinstance(sizes, str) else ",".join(map(str, sizes))
-        raise ExportError(f"--static-batches {shown}: the model has no dynamic batch dim to "
-                          f"specialize; give it one (dynamic_shapes() or --dynamic-batch) or drop the flag")
-    if isinstance(sizes, str):
-        cap = int(sizes.split(":", 1)[1]) if ":" in sizes else batch.max
-        sizes = [b for b in graph_buckets(batch.min, batch.max) if b <= cap]
-        if not sizes:
-            raise ExportError(f"--static-batches buckets:{cap}: no bucket of the batch range "
-                              f"[{batch.min}, {batch.max}] is at most {cap}")
-    outside = [n for n in sizes if not batch.min <= n <= batch.max]
-    if outside:
-        raise ExportError(f"--static-batches: {outside} outside the batch range [{batch.min}, {batch.max}]")
-    # AOTInductor's loader takes a graph's files by name prefix (data/aotinductor/<name>...): "batch1" would
-    # also take batch16's. The "_static" suffix keeps every name from being a prefix of another.
-    return [StaticGraph(n, f"batch{n}_static") for n in sorted(set(sizes))]
-
-
-def _static_program(mf, model, inputs: tuple, rewrites: dict, opts):
-    """The model exported again with dim 0 static at the batch of `inputs`, rewritten as the main graph was
-    (the same embedding-bag lowering, not measured again)."""
-    size = inputs[0].shape[0]
-    ds = exp.dynamic_shapes_for(mf, inputs, (size, size))
-    ep = exp.export_model(model, inputs, ds, opts.strict, mf.input_names, quiet=not opts.verbose,
-                          positional=mf.positional)
-    lowering = rewrites.get("embedding_bag", {}).get("lowering", opts.embedding_bag)
-    ep, _ = _rewrite(ep, inputs, dataclasses.replace(opts, embedding_bag=lowering, quick=True))
-    return ep
-
-
-def weights_by_fqn(ep) -> dict:
-    """The exported program's parameters, buffers and tensor constants by fully qualified name: the names
-    AOTInductor's loaders take weights by (get_constant_fqns, load_constants)."""
-    import torch
-
-    return {k: v for k, v in {**ep.state_dict, **ep.constants}.items() if isinstance(v, torch.Tensor)}
-
-
-def borrows_weights(ep_static, main_weights: dict) -> bool:
-    """Whether a static graph can run on the main graph's weights: every weight it holds the main graph holds
-    too, by the same name, shape, dtype and value (the same model, exported again; a rewrite that made
-    batch-dependent constants would differ)."""
-    import torch
-
-    for fqn, t in weights_by_fqn(ep_static).items():
-        m = main_weights.get(fqn)
-        if m is None or m.shape != t.shape or m.dtype != t.dtype or not torch.equal(m, t):
-            return False
-    return True
-
-
-def _rewrite(ep, inputs, opts):
-    from aotc.rewrite import run_rewrites
-
-    return run_rewrites(ep, inputs, opts.device, {"embedding_bag": opts.embedding_bag, "measure": not opts.quick})
 
 
 def parse_dynamic_batch(text: str | None) -> tuple[int, int] | None:

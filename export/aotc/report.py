@@ -186,8 +186,14 @@ def manifest_lines(m) -> list[str]:
         lines.append("dims      " + ", ".join(f"{k} {lo}..{hi}" for k, (lo, hi) in m.dims.items()))
     if m.batch:
         lines.append(f"batch     {m.batch.min}..{m.batch.max}")
+    if m.seq_buckets:
+        seq = m.seq_buckets
+        lines.append(f"seq       {seq.dim} buckets {','.join(map(str, seq.sizes))} (padded: "
+                     + ", ".join(f"{n}:{a} with {seq.pad_values.get(n, 0):g}" for n, a in seq.inputs.items())
+                     + f"; cut back: {', '.join(f'{n}:{a}' for n, a in seq.outputs.items()) or 'none'})")
     if m.static_graphs:
-        lines.append("static    " + ", ".join(f"batch {g.batch} ({g.graph}{', weights of model' if g.weights else ''})"
+        lines.append("static    " + ", ".join(f"{f'seq {g.seq} ' if g.seq else ''}batch {g.batch} "
+                                            f"({g.graph}{', weights of model' if g.weights else ''})"
                                             for g in m.static_graphs))
     lines.append(f"fallback  {', '.join(m.fallback_ops) or 'none'}")
     for key, rw in m.rewrites.items():

@@ -90,10 +90,15 @@ class Session:
         """The checks run() makes, without running. Raises InputError."""
         _call(self._impl.validate, self._ordered(inputs))
 
-    def graph_for_batch(self, batch: int) -> str:
-        """The package graph a call of `batch` rows runs: a static graph's name (`aotc export
-        --static-batches`) where one matches, else "model"."""
-        return _call(self._impl.graph_for_batch, batch)
+    def graph_for_batch(self, batch: int, length: int = -1) -> str:
+        """The package graph a call of `batch` rows (of sequence length `length`, with `aotc export
+        --seq-buckets`) runs: a static graph's name (`--static-batches`) where one matches, else the sequence
+        bucket's main graph, else "model"."""
+        return _call(self._impl.graph_for_batch, batch, length)
+
+    def cuda_graph_buckets(self) -> list[int]:
+        """The batch sizes this session replays as captured CUDA graphs; empty on CPU or with graphs off."""
+        return list(_call(self._impl.cuda_graph_buckets))
 
     def samples(self) -> list[tuple[list, list]]:
         """The package's stored samples: [(inputs, eager_outputs), ...] as numpy arrays."""

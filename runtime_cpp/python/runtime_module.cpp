@@ -161,7 +161,8 @@ class PySession {
     session_->validate(to_tensors(arrays, keep));
   }
 
-  std::string graph_for_batch(int64_t batch) const { return session_->graph_for_batch(batch); }
+  std::string graph_for_batch(int64_t batch, int64_t length) const { return session_->graph_for_batch(batch, length); }
+  std::vector<int64_t> cuda_graph_buckets() const { return session_->cuda_graph_buckets(); }
   py::list load_samples() const {
     py::list out;
     for (const auto& [ins, outs] : session_->load_samples()) out.append(py::make_tuple(to_list(ins), to_list(outs)));
@@ -199,8 +200,11 @@ PYBIND11_MODULE(_runtime, m) {
       .def("run", &PySession::run, py::arg("inputs"), "Validate and run; list of ndarrays in, list out.")
       .def("validate", &PySession::validate, py::arg("inputs"), "The checks run() does, without running.")
       .def("load_samples", &PySession::load_samples, "Stored samples: [(inputs, eager_outputs), ...].")
-      .def("graph_for_batch", &PySession::graph_for_batch, py::arg("batch"),
-           "The package graph a call of this batch runs: a static graph's name, else 'model'.")
+      .def("graph_for_batch", &PySession::graph_for_batch, py::arg("batch"), py::arg("length") = -1,
+           "The package graph a call of this batch (and sequence length) runs: a static graph's name, else its "
+           "sequence bucket's main graph, else 'model'.")
+      .def("cuda_graph_buckets", &PySession::cuda_graph_buckets,
+           "Batch sizes replayed as captured CUDA graphs; empty for a CPU package or with graphs off.")
       .def_property_readonly("manifest_json", &PySession::manifest_json)
       .def_property_readonly("path", &PySession::path);
 

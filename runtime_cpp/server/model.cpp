@@ -13,6 +13,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/rand.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/zeros.h>
@@ -151,6 +152,14 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   for (const auto& s : man.outputs) m->info_.outputs.push_back(to_info(s));
   m->info_.batch = man.batch;
   m->info_.graph_buckets = m->session_->cuda_graph_buckets();
+  if (man.seq) {
+    SeqInfo seq{man.seq->dim, man.seq->sizes, man.seq->input_axes, man.seq->output_axes, {}};
+    for (size_t i = 0; i < man.inputs.size(); ++i) {
+      at::Tensor one = at::full({1}, man.seq->pad_values[i], at::TensorOptions().dtype(aotc::to_scalar_type(man.inputs[i].dtype)));
+      seq.pad_bytes.emplace_back(static_cast<const char*>(one.data_ptr()), one.nbytes());
+    }
+    m->info_.seq = std::move(seq);
+  }
   m->info_.pin_host_io = man.device == "cuda";  // the session copies to and from its device
   m->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return m;

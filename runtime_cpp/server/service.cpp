@@ -120,7 +120,30 @@ struct Pending {
   std::vector<Wanted> wanted;
   std::vector<bool> keep;
   std::vector<OutputSink> sinks;
+  int64_t length = -1;  // with sequence buckets: the request's own length, which its outputs are cut back to
 };
+
+// With sequence buckets: the request's length (its bucketed inputs must agree), its inputs padded to its
+// bucket so that it batches with the other requests there.
+int64_t pad_to_bucket(const SeqInfo& seq, std::vector<Tensor>& inputs) {
+  int64_t length = -1;
+  std::string seen;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (seq.input_axes[i] < 0) continue;
+    const int64_t n = inputs[i].shape[static_cast<size_t>(seq.input_axes[i])];
+    const std::string here = "'" + inputs[i].name + "' " + std::to_string(n);
+    if (length >= 0 && n != length)
+      throw bad_request("inputs disagree on the sequence length (dim '" + seq.dim + "'): " + seen + ", " + here +
+                        "; they must be equal");
+    length = n;
+    seen = seen.empty() ? here : seen + ", " + here;
+  }
+  auto size = std::lower_bound(seq.sizes.begin(), seq.sizes.end(), length);
+  if (size == seq.sizes.end()) throw bad_request("sequence length " + std::to_string(length) + " is above the largest bucket");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (seq.input_axes[i] >= 0) inputs[i] = pad_axis(inputs[i], seq.input_axes[i], *size, seq.pad_bytes[i]);
+  return length;
+}
 
 Pending prepare(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
   const ModelInfo& info = sched.info();
@@ -128,6 +151,7 @@ Pending prepare(Scheduler& sched, InferRequest request, const SharedMemoryRegist
   shm.resolve(request, info.pin_host_io);
   try {
     p.inputs = validate(info, request.inputs);
+    if (info.seq) p.length = pad_to_bucket(*info.seq, p.inputs);
     std::set<std::string> asked;
     for (const auto& o : request.outputs) {
       auto it = std::find_if(info.outputs.begin(), info.outputs.end(), [&](const TensorInfo& s) { return s.name == o.name; });
@@ -151,8 +175,10 @@ Pending prepare(Scheduler& sched, InferRequest request, const SharedMemoryRegist
   }
   // Outputs asked for in shared memory: the model call writes them there itself (a CUDA model straight from
   // the device), leaving no copy to make here.
+  // (A per-token output of a bucketed model is cut first, then copied there.)
   for (const auto& w : p.wanted)
-    if (w.shm && w.shm->data) p.sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
+    if (w.shm && w.shm->data && !(info.seq && info.seq->output_axes[w.index] >= 0))
+      p.sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
   p.request = std::move(request);
   return p;
 }
@@ -167,6 +193,7 @@ InferResponse complete(const ModelInfo& info, Pending& p, std::vector<Tensor> ou
     OutputTensor o;
     o.tensor = std::move(outs[i]);
     o.tensor.name = info.outputs[i].name;
+    if (info.seq && info.seq->output_axes[i] >= 0) o.tensor = cut_axis(o.tensor, info.seq->output_axes[i], p.length);
     if (out_shm) {
       if (!out_shm->data) throw ServeError(500, "output '" + o.tensor.name + "': its shared memory region was not resolved");
       const size_t n = o.tensor.bytes.size();

@@ -92,4 +92,45 @@ std::vector<InstanceGroup> effective_instance_groups(const ModelInfo& info, cons
   return {g};
 }
 
+namespace {
+
+// (rows before the axis, bytes of one step along it) of a row-major tensor
+std::pair<size_t, size_t> around(const Tensor& t, int axis) {
+  size_t outer = 1, inner = wire_type_size(t.type);
+  for (int d = 0; d < axis; ++d) outer *= static_cast<size_t>(t.shape[d]);
+  for (size_t d = static_cast<size_t>(axis) + 1; d < t.shape.size(); ++d) inner *= static_cast<size_t>(t.shape[d]);
+  return {outer, inner};
+}
+
+}  // namespace
+
+Tensor pad_axis(const Tensor& t, int axis, int64_t size, const std::string& pad) {
+  const int64_t have = t.shape[static_cast<size_t>(axis)];
+  if (have >= size) return t;
+  auto [outer, inner] = around(t, axis);
+  const size_t kept = static_cast<size_t>(have) * inner, added = static_cast<size_t>(size - have) * inner;
+  std::string filler;
+  filler.reserve(added);
+  while (filler.size() < added) filler.append(pad);
+  std::string bytes;
+  bytes.reserve(outer * (kept + added));
+  for (size_t o = 0; o < outer; ++o) bytes.append(t.bytes.data() + o * kept, kept).append(filler, 0, added);
+  Tensor out{t.name, t.type, t.shape, Bytes(std::move(bytes))};
+  out.shape[static_cast<size_t>(axis)] = size;
+  return out;
+}
+
+Tensor cut_axis(const Tensor& t, int axis, int64_t length) {
+  const int64_t have = t.shape[static_cast<size_t>(axis)];
+  if (have <= length || t.bytes.empty()) return t;
+  auto [outer, inner] = around(t, axis);
+  const size_t kept = static_cast<size_t>(length) * inner, step = static_cast<size_t>(have) * inner;
+  std::string bytes;
+  bytes.reserve(outer * kept);
+  for (size_t o = 0; o < outer; ++o) bytes.append(t.bytes.data() + o * step, kept);
+  Tensor out{t.name, t.type, t.shape, Bytes(std::move(bytes))};
+  out.shape[static_cast<size_t>(axis)] = length;
+  return out;
+}
+
 }  // namespace aotc::server

@@ -93,6 +93,22 @@ struct TensorInfo {
   std::vector<std::pair<int64_t, int64_t>> ranges;  // inclusive [min, max]; max -1 = unbounded
 };
 
+// A package's sequence buckets (aotc::SeqBuckets), as the server uses them: a request is padded up to its
+// bucket before it queues, so requests of different lengths in one bucket batch together, and its per-token
+// outputs are cut back to its own length after the call (service.cpp).
+struct SeqInfo {
+  std::string dim;                     // the dim's name, for errors
+  std::vector<int64_t> sizes;          // ascending
+  std::vector<int> input_axes;         // per input: the axis that is the dim, -1 for none
+  std::vector<int> output_axes;        // per output: likewise
+  std::vector<std::string> pad_bytes;  // per input: one element of its pad value, in its datatype
+};
+
+// `t` (row-major) padded along `axis` up to `size` elements with copies of `pad` (one element's bytes).
+Tensor pad_axis(const Tensor& t, int axis, int64_t size, const std::string& pad);
+// `t` cut along `axis` to its first `length` elements (a copy; `t` itself when it is that long already).
+Tensor cut_axis(const Tensor& t, int axis, int64_t length);
+
 // What the server knows about one loaded model version (taken from its manifest).
 struct ModelInfo {
   std::string name;
@@ -102,6 +118,7 @@ struct ModelInfo {
   std::vector<TensorInfo> outputs;
   std::optional<std::pair<int64_t, int64_t>> batch;  // the shared dynamic batch dim's [min, max]
   std::vector<int64_t> graph_buckets;  // batch sizes replayed as CUDA graphs, ascending; empty on CPU / graphs off
+  std::optional<SeqInfo> seq;          // sequence buckets (aotc export --seq-buckets)
   // Host memory the model copies inputs from and outputs into (shared memory regions) should be page-locked,
   // so those copies run as DMA: set for CUDA packages.
   bool pin_host_io = false;

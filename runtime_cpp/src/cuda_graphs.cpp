@@ -25,18 +25,16 @@ namespace aotc::cuda {
 namespace {
 
 bool all_static(const TensorSpec& spec, size_t first_dim) {
-  for (size_t d = first_dim; d < spec.ranges.size(); ++d) {
+  for (size_t d = first_dim; d < spec.ranges.size(); ++d)
     if (spec.ranges[d].first != spec.ranges[d].second) return false;
-  }
   return true;
 }
 
 // Graphs need static buffers: every dim static, except the shared batch dim when there is one.
 bool shapes_allow_graphs(const Manifest& m) {
   const size_t first = m.batch ? 1 : 0;
-  for (const auto& s : m.inputs) {
+  for (const auto& s : m.inputs)
     if (!all_static(s, first)) return false;
-  }
   for (const auto& s : m.outputs) {
     if (!all_static(s, first)) return false;
   }
@@ -136,10 +134,12 @@ CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& mani
                                                    "' on CUDA device " + std::to_string(device_index_) + ": " + msg);
     }
   };
-  loader_ = load("model");
+  main_graph_ = options.graph;
+  loader_ = load(options.graph);
+  if (options.weights_from) lend_weights(manifest, options.graph, *options.weights_from, *loader_, main_lent_);
   for (const auto& [batch, graph] : manifest.static_graphs) {
     auto& loaded = static_loaders_[batch] = load(graph);
-    lend_weights(manifest, graph, *loader_, *loaded, lent_[batch]);
+    lend_weights(manifest, graph, options.weights_from ? *options.weights_from : *loader_, *loaded, lent_[batch]);
   }
   if (graphs_) output_pool_ = std::make_shared<PinnedPool>();
   const char* timing = std::getenv("AOTC_CUDA_TIMING");
@@ -181,7 +181,7 @@ torch::inductor::AOTIModelPackageLoader& CudaExecutor::loader_for(int64_t batch)
 std::string CudaExecutor::graph_name(int64_t batch) const {
   if (graphs_ && manifest_.batch) batch = bucket_for(batch);
   auto it = manifest_.static_graphs.find(batch);
-  return it != manifest_.static_graphs.end() ? it->second : "model";
+  return it != manifest_.static_graphs.end() ? it->second : main_graph_;
 }
 
 namespace {

@@ -40,6 +40,10 @@ struct CudaOptions {
   int device_index = -1;     // -1: the current CUDA device
   size_t num_runners = 1;    // concurrent calls, each with its own stream and graphs
   bool graphs = true;        // capture/replay CUDA graphs where the package's shapes allow it
+  std::string graph = "model";  // the graph that takes every batch (a sequence bucket's, say)
+  // The loader of "model", whose weights `graph` and the static graphs run on where they were compiled
+  // without (Manifest::borrowed_weights); null: `graph` is "model". Must outlive the executor.
+  torch::inductor::AOTIModelPackageLoader* weights_from = nullptr;
 };
 
 // The batch sizes graphs are captured for: every power of two in [min, max], plus max itself (cuda_device.cpp,
@@ -83,6 +87,8 @@ class CudaExecutor {
   // graphs: the bucket the batch pads to), else "model".
   std::string graph_name(int64_t batch) const;
   bool graphs_enabled() const { return graphs_; }
+  // The loader of the graph that takes every batch (CudaOptions::graph), e.g. to lend its weights.
+  torch::inductor::AOTIModelPackageLoader& main_loader() { return *loader_; }
   int device_index() const { return device_index_; }
 
  private:
@@ -108,6 +114,8 @@ class CudaExecutor {
   std::shared_ptr<PinnedPool> output_pool_;  // graphs on: pinned host buffers of the returned outputs
   // With graphs on, the loader runs single-threaded (no per-call CUDA events, which a capture forbids);
   // every call into it (warm-up and capture) holds loader_mu_. Replays never touch the loader.
+  std::string main_graph_;
+  LentWeights main_lent_;  // loader_'s weights where it runs on "model"'s: outlives loader_
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
   std::map<int64_t, LentWeights> lent_;  // loader_'s weights, by static graph's batch: outlives static_loaders_
   std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> static_loaders_;  // by batch

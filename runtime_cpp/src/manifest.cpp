@@ -3,6 +3,8 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
+#include <algorithm>
+
 #include "aotc/runtime.h"
 
 namespace aotc {
@@ -92,6 +94,55 @@ TensorSpec parse_spec(const Value& v, const std::string& where) {
   return spec;
 }
 
+// "seq_buckets" (docs/manifest.md): sizes, the axis of each input and output that is the dim, pad values,
+// the graph per size and the graphs that run on the main graph's weights.
+SeqBuckets parse_seq(const Value& v, const Manifest& m) {
+  const std::string at = "seq_buckets: ";
+  if (!v.IsObject()) refuse("'seq_buckets' must be an object");
+  SeqBuckets seq;
+  seq.dim = get_string(v, "dim", at);
+  for (const auto& n : get_array(v, "sizes", at).GetArray()) {
+    int64_t size = as_int(n, at + "sizes entries");
+    if (size < 1 || (!seq.sizes.empty() && size <= seq.sizes.back())) refuse(at + "'sizes' must ascend from >= 1");
+    seq.sizes.push_back(size);
+  }
+  if (seq.sizes.empty()) refuse(at + "'sizes' is empty");
+  auto axes = [&](const char* key, const std::vector<TensorSpec>& specs) {
+    std::vector<int> out(specs.size(), -1);
+    const Value& obj = member(v, key, at);
+    if (!obj.IsObject()) refuse(at + "'" + key + "' must be an object");
+    for (const auto& kv : obj.GetObject()) {
+      std::string name(kv.name.GetString(), kv.name.GetStringLength());
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& t) { return t.name == name; });
+      if (it == specs.end()) refuse(at + std::string(key) + " names '" + name + "', which the manifest does not list");
+      int64_t axis = as_int(kv.value, at + key + " entries");
+      if (axis < 0 || axis >= static_cast<int64_t>(it->shape.size()) || it->shape[axis] != -1)
+        refuse(at + std::string(key) + " gives '" + name + "' axis " + std::to_string(axis) + ", not one of its dynamic dims");
+      out[it - specs.begin()] = static_cast<int>(axis);
+    }
+    return out;
+  };
+  seq.input_axes = axes("inputs", m.inputs);
+  seq.output_axes = axes("outputs", m.outputs);
+  if (std::count(seq.input_axes.begin(), seq.input_axes.end(), -1) == static_cast<long>(m.inputs.size()))
+    refuse(at + "'inputs' is empty");
+  seq.pad_values.assign(m.inputs.size(), 0.0);
+  const Value& pads = member(v, "pad_values", at);
+  if (!pads.IsObject()) refuse(at + "'pad_values' must be an object");
+  for (size_t i = 0; i < m.inputs.size(); ++i)
+    if (pads.HasMember(m.inputs[i].name.c_str())) seq.pad_values[i] = get_number(pads, m.inputs[i].name.c_str(), at + "pad_values: ");
+  const Value& graphs = member(v, "graphs", at);
+  if (!graphs.IsObject()) refuse(at + "'graphs' must be an object");
+  for (int64_t size : seq.sizes) {
+    std::string name = get_string(graphs, std::to_string(size).c_str(), at + "graphs: ");
+    if ((size == seq.sizes.back()) != (name == "model")) refuse(at + "the largest size's graph, and only it, is 'model'");
+    if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+      refuse(at + "graph '" + name + "' must be a name of lower-case letters, digits and '_'");
+    seq.graphs[size] = name;
+  }
+  return seq;
+}
+
 }  // namespace
 
 Manifest parse_manifest(const std::string& json) {
@@ -135,6 +186,15 @@ Manifest parse_manifest(const std::string& json) {
     if (lo < 0 || hi < lo) refuse("batch [" + std::to_string(lo) + ", " + std::to_string(hi) + "] is empty");
     m.batch = std::make_pair(lo, hi);
   }
+  auto seq = doc.FindMember("seq_buckets");
+  if (seq != doc.MemberEnd() && !seq->value.IsNull()) {
+    m.seq = parse_seq(seq->value, m);
+    auto weights = seq->value.FindMember("weights");
+    if (weights != seq->value.MemberEnd()) {
+      if (!weights->value.IsArray()) refuse("seq_buckets: 'weights' must be a list");
+      for (auto& g : string_list(weights->value, "seq_buckets: 'weights'")) m.borrowed_weights.insert(g);
+    }
+  }
   auto statics = doc.FindMember("static_graphs");
   if (statics != doc.MemberEnd()) {
     const Value& list = statics->value;
@@ -149,7 +209,16 @@ Manifest parse_manifest(const std::string& json) {
         refuse(at + "'graph' must be a name of lower-case letters, digits and '_', other than 'model'");
       if (!m.batch || n < m.batch->first || n > m.batch->second)
         refuse(at + "batch " + std::to_string(n) + " is outside the package's batch range");
-      if (!m.static_graphs.emplace(n, name).second) refuse(at + "batch " + std::to_string(n) + " is listed twice");
+      auto seq_size = list[i].FindMember("seq");
+      if (seq_size != list[i].MemberEnd()) {
+        int64_t size = as_int(seq_size->value, "static_graphs.seq");
+        if (!m.seq || !m.seq->graphs.count(size)) refuse(at + "seq " + std::to_string(size) + " is not a sequence bucket");
+        if (!m.seq->static_graphs[size].emplace(n, name).second) refuse(at + "listed twice");
+      } else if (m.seq) {
+        refuse(at + "a package with sequence buckets gives each static graph its 'seq'");
+      } else if (!m.static_graphs.emplace(n, name).second) {
+        refuse(at + "batch " + std::to_string(n) + " is listed twice");
+      }
       auto weights = list[i].FindMember("weights");
       if (weights != list[i].MemberEnd()) {
         if (!weights->value.IsString() || std::string(weights->value.GetString()) != "model")
@@ -157,15 +226,21 @@ Manifest parse_manifest(const std::string& json) {
         m.borrowed_weights.insert(name);
       }
     }
-    // AOTInductor's loader selects a graph's files by name prefix (data/aotinductor/<name>...), so one
-    // graph's name must not begin another's.
-    std::vector<std::string> names{"model"};
-    for (const auto& [batch, name] : m.static_graphs) names.push_back(name);
-    for (const auto& a : names)
-      for (const auto& b : names)
-        if (&a != &b && b.compare(0, a.size(), a) == 0)
-          refuse("static_graphs: graph name '" + a + "' begins '" + b + "'; AOTInductor's loader would mix their files");
   }
+  // AOTInductor's loader selects a graph's files by name prefix (data/aotinductor/<name>...), so one
+  // graph's name must not begin another's.
+  std::vector<std::string> names{"model"};
+  for (const auto& [batch, name] : m.static_graphs) names.push_back(name);
+  if (m.seq)
+    for (const auto& [size, by_batch] : m.seq->static_graphs)
+      for (const auto& [batch, name] : by_batch) names.push_back(name);
+  if (m.seq)
+    for (const auto& [size, name] : m.seq->graphs)
+      if (name != "model") names.push_back(name);
+  for (const auto& a : names)
+    for (const auto& b : names)
+      if (&a != &b && b.compare(0, a.size(), a) == 0)
+        refuse("static_graphs: graph name '" + a + "' begins '" + b + "'; AOTInductor's loader would mix their files");
   const Value& tol = member(doc, "tolerance", "");
   if (!tol.IsObject()) refuse("'tolerance' must be an object");
   m.atol = get_number(tol, "atol", "tolerance: ");

@@ -86,19 +86,33 @@ void verify_hashes(Archive& archive, const Manifest& m, const std::string& shown
 
 }  // namespace
 
-struct Session::Impl {
-  std::string path;
-  Manifest manifest;
-  size_t num_runners = 1;
-  c10::Device device = c10::kCPU;
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
-  // The main graph's weights, by static graph: declared before the loaders that read them, so it outlives them
+// The graphs of one shape: the whole package, or one sequence bucket's (bucket_manifest).
+struct Graphs {
+  Manifest manifest;     // as these graphs see it
+  std::string main;      // the graph that takes every batch: "model", or a smaller bucket's
+  // Weights lent to these graphs (by the main graph, or by "model" to a bucket's): declared before the
+  // loaders that read them, so they outlive them.
+  LentWeights main_lent;
   std::map<int64_t, LentWeights> lent;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   // manifest.static_graphs, loaded: a call whose batch is one of these sizes runs that graph
   std::map<int64_t, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> static_loaders;
 #ifdef AOTC_WITH_CUDA
   std::unique_ptr<cuda::CudaExecutor> cuda;  // set instead of `loader` for a CUDA package
 #endif
+};
+
+struct Session::Impl {
+  std::string path;
+  Manifest manifest;
+  size_t num_runners = 1;
+  c10::Device device = c10::kCPU;
+  // By sequence bucket (0 without buckets). The largest holds "model", whose weights the others may run on:
+  // it goes last.
+  std::map<int64_t, std::unique_ptr<Graphs>> buckets;
+  ~Impl() {
+    while (!buckets.empty()) buckets.erase(buckets.begin());
+  }
 };
 
 Session::Session() : impl_(new Impl) {}
@@ -135,44 +149,66 @@ std::unique_ptr<Session> Session::open(const std::string& package_path, const Se
     if (auto why = why_cannot_run(s->impl_->manifest)) refuse(package_path, *why);
     if (options.verify_hashes) verify_hashes(archive, s->impl_->manifest, package_path);
   }
-  if (s->impl_->manifest.device == "cuda") {
+  const Manifest& man = s->impl_->manifest;
+  if (man.device == "cuda") {
     s->impl_->device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::max(options.device_index, 0)));
   }
-#ifdef AOTC_WITH_CUDA
-  if (s->impl_->manifest.device == "cuda") {
-    cuda::CudaOptions co;
-    co.device_index = options.device_index;
-    co.num_runners = options.num_runners;
-    co.graphs = options.cuda_graphs;
-    try {
-      s->impl_->cuda = std::make_unique<cuda::CudaExecutor>(load_path, s->impl_->manifest, co);
-    } catch (const Error& e) {
-      refuse(package_path, e.what());
-    }
-    return s;
-  }
-#endif
   auto load = [&](const std::string& graph) {
     try {
       return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
           load_path, graph, /*run_single_threaded=*/false, options.num_runners,
           // device_index names a CUDA device: the CPU runner refuses any index but -1.
-          static_cast<c10::DeviceIndex>(s->impl_->manifest.device == "cuda" ? options.device_index : -1));
+          static_cast<c10::DeviceIndex>(man.device == "cuda" ? options.device_index : -1));
     } catch (const c10::Error& e) {
       refuse(package_path, "the AOTInductor loader failed on graph '" + graph + "': " + first_line(e.msg()));
     } catch (const std::exception& e) {
       refuse(package_path, "the AOTInductor loader failed on graph '" + graph + "': " + first_line(e.what()));
     }
   };
-  s->impl_->loader = load("model");
-  for (const auto& [batch, graph] : s->impl_->manifest.static_graphs) {
-    auto& loaded = s->impl_->static_loaders[batch] = load(graph);
+  // `lender`: the loader of "model", whose weights graphs compiled without their own run on (null: the
+  // main graph is "model" itself)
+  auto open_graphs = [&](Manifest m, const std::string& main, torch::inductor::AOTIModelPackageLoader* lender) {
+    auto g = std::make_unique<Graphs>();
+    g->manifest = std::move(m);
+    g->main = main;
     try {
-      lend_weights(s->impl_->manifest, graph, *s->impl_->loader, *loaded, s->impl_->lent[batch]);
+#ifdef AOTC_WITH_CUDA
+      if (man.device == "cuda") {
+        cuda::CudaOptions co;
+        co.device_index = options.device_index;
+        co.num_runners = options.num_runners;
+        co.graphs = options.cuda_graphs;
+        co.graph = main;
+        co.weights_from = lender;
+        g->cuda = std::make_unique<cuda::CudaExecutor>(load_path, g->manifest, co);
+        return g;
+      }
+#endif
+      g->loader = load(main);
+      if (lender) lend_weights(g->manifest, main, *lender, *g->loader, g->main_lent);
+      for (const auto& [batch, graph] : g->manifest.static_graphs) {
+        auto& loaded = g->static_loaders[batch] = load(graph);
+        lend_weights(g->manifest, graph, lender ? *lender : *g->loader, *loaded, g->lent[batch]);
+      }
     } catch (const Error& e) {
+      if (e.kind() != Error::Kind::PackageRefused || std::string(e.what()).rfind("package '", 0) == 0) throw;
       refuse(package_path, e.what());
     }
+    return g;
+  };
+  if (!man.seq) {
+    s->impl_->buckets[0] = open_graphs(man, "model", nullptr);
+    return s;
   }
+  // "model" (the largest bucket's) first: the others may run on its weights
+  const int64_t largest = man.seq->sizes.back();
+  auto& model = s->impl_->buckets[largest] = open_graphs(bucket_manifest(man, largest), "model", nullptr);
+  torch::inductor::AOTIModelPackageLoader* lender = model->loader.get();
+#ifdef AOTC_WITH_CUDA
+  if (model->cuda) lender = &model->cuda->main_loader();
+#endif
+  for (const auto& [size, graph] : man.seq->graphs)
+    if (size != largest) s->impl_->buckets[size] = open_graphs(bucket_manifest(man, size), graph, lender);
   return s;
 }
 
@@ -191,45 +227,58 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, cons
 std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted,
                                      std::vector<OutputSink>& sinks) const {
   for (auto& s : sinks) s.written = false;
-  validate_inputs(impl_->manifest, inputs);
+  const Manifest& man = impl_->manifest;
+  validate_inputs(man, inputs);
   std::vector<at::Tensor> prepared;
   prepared.reserve(inputs.size());
   for (const auto& t : inputs) {
     // The compiled kernels index with the strides they were traced with (row-major): copy anything else.
     bool keep_device = false;  // the CUDA executor copies host inputs itself, through pinned memory
 #ifdef AOTC_WITH_CUDA
-    keep_device = impl_->cuda != nullptr;
+    keep_device = man.device == "cuda";
 #endif
     at::Tensor x = keep_device || t.device() == impl_->device ? t : t.to(impl_->device);
     prepared.push_back(x.is_contiguous() ? x : x.contiguous());
   }
+  // With sequence buckets: padded up to the bucket, and (below) the per-token outputs cut back
+  int64_t length = -1, size = 0;
+  if (man.seq) {
+    length = sequence_length(man, prepared);
+    size = man.seq->bucket(length);
+    if (size != length) prepared = pad_sequence(man, prepared, size);
+  }
+  const bool cut = man.seq && size != length;
+  std::vector<OutputSink> none;
+  std::vector<OutputSink>& direct = cut ? none : sinks;  // a cut output is written to its sink after the cut
+  Graphs& g = *impl_->buckets.at(size);
   std::vector<at::Tensor> outputs;
   try {
     c10::InferenceMode guard;
 #ifdef AOTC_WITH_CUDA
-    if (impl_->cuda) outputs = impl_->cuda->run(prepared, wanted, &sinks);
+    if (g.cuda) outputs = g.cuda->run(prepared, wanted, &direct);
     else
 #endif
     {
       // the graph graph_for_batch() names
-      auto it = impl_->manifest.batch ? impl_->static_loaders.find(prepared.at(0).size(0)) : impl_->static_loaders.end();
-      outputs = (it != impl_->static_loaders.end() ? it->second : impl_->loader)->run(prepared);
+      auto it = man.batch ? g.static_loaders.find(prepared.at(0).size(0)) : g.static_loaders.end();
+      outputs = (it != g.static_loaders.end() ? it->second : g.loader)->run(prepared);
+      if (!cut && !sinks.empty()) write_host_sinks(outputs, man.batch.has_value(), sinks);
     }
+    if (cut) outputs = cut_sequence(man, std::move(outputs), length);
   } catch (const Error&) {
     throw;
   } catch (const c10::Error& e) {
-    throw Error(Error::Kind::Internal, "model '" + impl_->manifest.name + "' failed: " + first_line(e.msg()));
+    throw Error(Error::Kind::Internal, "model '" + man.name + "' failed: " + first_line(e.msg()));
   } catch (const std::exception& e) {
-    throw Error(Error::Kind::Internal, "model '" + impl_->manifest.name + "' failed: " + first_line(e.what()));
+    throw Error(Error::Kind::Internal, "model '" + man.name + "' failed: " + first_line(e.what()));
   }
-  if (outputs.size() != impl_->manifest.outputs.size()) {
-    throw Error(Error::Kind::Internal, "model '" + impl_->manifest.name + "' returned " +
-                                           std::to_string(outputs.size()) + " outputs, the manifest lists " +
-                                           std::to_string(impl_->manifest.outputs.size()));
+  if (outputs.size() != man.outputs.size()) {
+    throw Error(Error::Kind::Internal, "model '" + man.name + "' returned " + std::to_string(outputs.size()) +
+                                           " outputs, the manifest lists " + std::to_string(man.outputs.size()));
   }
   for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i)
     if (!wanted[i]) outputs[i] = at::Tensor();
-  if (!sinks.empty() && impl_->device.is_cpu()) write_host_sinks(outputs, impl_->manifest.batch.has_value(), sinks);
+  if (cut && !sinks.empty()) write_host_sinks(outputs, man.batch.has_value(), sinks);
   return outputs;
 }
 
@@ -242,17 +291,22 @@ std::shared_ptr<void> open_cuda_ipc_handle(const std::string&, int) {
 
 std::vector<int64_t> Session::cuda_graph_buckets() const {
 #ifdef AOTC_WITH_CUDA
-  if (impl_->cuda && impl_->cuda->graphs_enabled()) return impl_->cuda->buckets();
+  const auto& cuda = impl_->buckets.begin()->second->cuda;  // every sequence bucket has the same batch buckets
+  if (cuda && cuda->graphs_enabled()) return cuda->buckets();
 #endif
   return {};
 }
 
-std::string Session::graph_for_batch(int64_t batch) const {
+std::string Session::graph_for_batch(int64_t batch, int64_t length) const {
+  const Manifest& man = impl_->manifest;
+  int64_t size = 0;
+  if (man.seq) size = length < 0 || man.seq->bucket(length) < 0 ? man.seq->sizes.back() : man.seq->bucket(length);
+  const Graphs& g = *impl_->buckets.at(size);
 #ifdef AOTC_WITH_CUDA
-  if (impl_->cuda) return impl_->cuda->graph_name(batch);
+  if (g.cuda) return g.cuda->graph_name(batch);
 #endif
-  auto it = impl_->manifest.static_graphs.find(batch);
-  return it != impl_->manifest.static_graphs.end() ? it->second : "model";
+  auto it = g.manifest.static_graphs.find(batch);
+  return it != g.manifest.static_graphs.end() ? it->second : g.main;
 }
 
 std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>> Session::load_samples() const {
@@ -282,18 +336,38 @@ std::vector<at::Tensor> rows_of(const std::vector<at::Tensor>& inputs, int64_t b
 }
 
 size_t Session::warm_up(const std::vector<at::Tensor>& sample, size_t calls, bool every_batch) const {
-  validate_inputs(impl_->manifest, sample);
+  const Manifest& man = impl_->manifest;
+  validate_inputs(man, sample);
+  // The sample at each sequence bucket: padded up to it or cut down to it
+  std::map<int64_t, std::vector<at::Tensor>> at_size{{0, sample}};
+  if (man.seq) {
+    at_size.clear();
+    for (int64_t size : man.seq->sizes) {
+      std::vector<at::Tensor> x = pad_sequence(man, sample, size);
+      for (size_t i = 0; i < x.size(); ++i)
+        if (man.seq->input_axes[i] >= 0) x[i] = x[i].narrow(man.seq->input_axes[i], 0, size).contiguous();
+      at_size[size] = std::move(x);
+    }
+  }
+  std::vector<std::vector<at::Tensor>> batches;
+  for (const auto& [size, x] : at_size) {
 #ifdef AOTC_WITH_CUDA
-  if (impl_->cuda) return impl_->cuda->warm_up(sample, calls, every_batch);
+    if (impl_->buckets.at(size)->cuda) continue;
 #endif
-  std::vector<std::vector<at::Tensor>> batches{sample};
-  if (impl_->manifest.batch && every_batch)
-    for (const auto& [batch, graph] : impl_->manifest.static_graphs) batches.push_back(rows_of(sample, batch));
+    batches.push_back(x);
+    if (man.batch && every_batch)
+      for (const auto& [batch, graph] : impl_->buckets.at(size)->manifest.static_graphs) batches.push_back(rows_of(x, batch));
+  }
+  size_t made = 0;
+#ifdef AOTC_WITH_CUDA
+  for (const auto& [size, x] : at_size)
+    if (impl_->buckets.at(size)->cuda) made += impl_->buckets.at(size)->cuda->warm_up(x, calls, every_batch);
+#endif
   // As many calls at once as the session has runners, so each runner's first call is made here.
   std::vector<std::thread> threads;
   std::exception_ptr failed;
   std::mutex failed_mu;
-  for (size_t r = 0; r < impl_->num_runners; ++r)
+  for (size_t r = 0; r < impl_->num_runners && !batches.empty(); ++r)
     threads.emplace_back([&] {
       try {
         for (const auto& inputs : batches)
@@ -305,7 +379,7 @@ size_t Session::warm_up(const std::vector<at::Tensor>& sample, size_t calls, boo
     });
   for (auto& t : threads) t.join();
   if (failed) std::rethrow_exception(failed);
-  return impl_->num_runners * batches.size() * calls;
+  return made + (batches.empty() ? 0 : impl_->num_runners * batches.size() * calls);
 }
 
 Manifest read_manifest(const std::string& package_path) {

@@ -151,3 +151,55 @@ TEST(Platform, ReadsEveryWordOfAnIsaName) {
 #endif
 
 }  // namespace
+
+namespace {
+
+// The manifest above with a dynamic sequence dim on its input and output, and sequence buckets.
+std::string with_seq(const std::string& seq) {
+  std::string m = manifest(R"("shape": [-1, 512], "ranges": [[1, 1024], [512, 512]]}],
+    "outputs")", R"("shape": [-1, -1], "ranges": [[1, 1024], [8, 128]]}],
+    "outputs")");
+  const std::string out = R"("outputs": [{"name": "output0", "dtype": "float32", "shape": [-1, 512], "ranges": [[0, -1], [512, 512]]}])";
+  m.replace(m.find(out), out.size(), R"("outputs": [{"name": "output0", "dtype": "float32", "shape": [-1, -1, 4], "ranges": [[0, -1], [8, 128], [4, 4]]}, {"name": "pooled", "dtype": "float32", "shape": [-1, 4], "ranges": [[0, -1], [4, 4]]}])");
+  const std::string sample = R"("outputs": ["extra/aotc/sample0_output0.npy"])";
+  m.replace(m.find(sample), sample.size(), R"("outputs": ["extra/aotc/sample0_output0.npy", "extra/aotc/sample0_output1.npy"])");
+  return m.replace(m.find(R"("batch":)"), 0, R"("seq_buckets": )" + seq + ", ");
+}
+
+const char* kSeq = R"({"dim": "seq", "sizes": [32, 128], "inputs": {"x": 1}, "outputs": {"output0": 1},
+  "pad_values": {"x": 2.5}, "graphs": {"32": "seq32_static", "128": "model"}, "weights": ["seq32_static"]})";
+
+}  // namespace
+
+TEST(Manifest, ParsesSequenceBuckets) {
+  auto m = aotc::parse_manifest(with_seq(kSeq));
+  ASSERT_TRUE(m.seq.has_value());
+  EXPECT_EQ(m.seq->sizes, (std::vector<int64_t>{32, 128}));
+  EXPECT_EQ(m.seq->input_axes, std::vector<int>{1});
+  EXPECT_EQ(m.seq->output_axes, (std::vector<int>{1, -1}));  // pooled has no sequence dim
+  EXPECT_EQ(m.seq->pad_values, std::vector<double>{2.5});
+  EXPECT_EQ(m.seq->graphs.at(32), "seq32_static");
+  EXPECT_EQ(m.seq->bucket(1), 32);
+  EXPECT_EQ(m.seq->bucket(33), 128);
+  EXPECT_EQ(m.seq->bucket(129), -1);
+  EXPECT_TRUE(m.borrowed_weights.count("seq32_static"));
+  auto b = aotc::bucket_manifest(m, 32);  // what that bucket's graphs see
+  EXPECT_EQ(b.inputs[0].shape, (std::vector<int64_t>{-1, 32}));
+  EXPECT_EQ(b.outputs[0].ranges[1], (std::pair<int64_t, int64_t>{32, 32}));
+  EXPECT_FALSE(b.seq.has_value());
+}
+
+TEST(Manifest, RefusesMalformedSequenceBuckets) {
+  auto bad = [](const std::string& from, const std::string& to) {
+    std::string s = kSeq;
+    s.replace(s.find(from), from.size(), to);
+    return refusal(with_seq(s));
+  };
+  EXPECT_NE(bad(R"("sizes": [32, 128])", R"("sizes": [128, 32])").find("'sizes' must ascend"), std::string::npos);
+  EXPECT_NE(bad(R"("inputs": {"x": 1})", R"("inputs": {"y": 1})").find("names 'y'"), std::string::npos);
+  EXPECT_NE(bad(R"("inputs": {"x": 1})", R"("inputs": {"x": 5})").find("not one of its dynamic dims"), std::string::npos);
+  EXPECT_NE(bad(R"("128": "model")", R"("128": "big")").find("only it, is 'model'"), std::string::npos);
+  EXPECT_NE(bad(R"("32": "seq32_static")", R"("33": "seq32_static")").find("'32' is missing"), std::string::npos);
+  EXPECT_NE(bad(R"("32": "seq32_static")", R"("32": "Seq32")").find("lower-case"), std::string::npos);
+  EXPECT_NE(bad(R"("32": "seq32_static")", R"("32": "model_x")").find("begins"), std::string::npos);
+}

@@ -108,9 +108,10 @@ bool self_check(const aotc::Session& session) {
   for (size_t s = 0; s < samples.size(); ++s) {
     auto outputs = session.run(samples[s].first);
     // which graph ran, where the package has more than one
-    std::string graph = m.static_graphs.empty() || !m.batch
+    std::string graph = (m.static_graphs.empty() && !m.seq) || !m.batch
                             ? ""
-                            : " (graph " + session.graph_for_batch(samples[s].first.at(0).size(0)) + ")";
+                            : " (graph " + session.graph_for_batch(samples[s].first.at(0).size(0),
+                                                                   m.seq ? aotc::sequence_length(m, samples[s].first) : -1) + ")";
     for (size_t o = 0; o < outputs.size(); ++o) {
       auto c = aotc::compare(outputs[o], samples[s].second[o], m.atol, m.rtol);
       all_ok = all_ok && c.ok;

@@ -33,6 +33,18 @@ def static_batches(text: str) -> tuple[int, ...] | str:
     return tuple(positive_int(t) for t in text.split(","))
 
 
+def seq_buckets(text: str) -> str:
+    """`INPUT:AXIS[,INPUT:AXIS...]=N,N,...`, checked here (aotc.seq_buckets.parse) and kept as given."""
+    from aotc.errors import ExportError
+    from aotc.seq_buckets import parse
+
+    try:
+        parse(text)
+    except ExportError as e:
+        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
+    return text
+
+
 def samples_mb(text: str) -> float | None:
     """`--samples MB` (a cap in MB, >= 0) or `none` (no cap)."""
     if text == "none":
@@ -68,6 +80,12 @@ def add_parser(sub) -> None:
                         "maximum), 'buckets:N' those up to N. They run on the main graph's weights, unless "
                         "freezing folds the weights into each graph. Default: buckets:32 for --device cuda "
                         "when the model has a dynamic batch, none for cpu")
+    p.add_argument("--seq-buckets", type=seq_buckets, metavar="INPUT:AXIS[,INPUT:AXIS...]=N,N,...",
+                   help="compile a graph with the sequence dim static at each size N (e.g. input_ids:1,"
+                        "attention_mask:1=32,64,128): a call of length l runs in the smallest N >= l, its inputs "
+                        "padded (with 0, or the file's pad_values()) and its per-token outputs cut back to l. "
+                        "Every input with the dim must be named; lengths above the largest N are refused. Crossed "
+                        "with --static-batches. A model whose answer changes with padding is refused")
     p.add_argument("--example-batch", type=positive_int, metavar="N",
                    help="trace and tune at batch N: example inputs from the file's make_inputs(N), else its "
                         "example rows repeated (Inductor picks kernel launch configs for the example's sizes)")
@@ -114,7 +132,7 @@ def options(args):
     return pipeline.ExportOptions(
         out=args.output, device=args.device, dtype=args.dtype,
         dynamic_batch=pipeline.parse_dynamic_batch(args.dynamic_batch), example_batch=args.example_batch,
-        static_batches=args.static_batches, max_autotune=args.max_autotune,
+        static_batches=args.static_batches, seq_buckets=args.seq_buckets, max_autotune=args.max_autotune,
         freezing={"on": True, "off": False}.get(args.freezing),
         inductor_extra=pipeline.parse_inductor_configs(args.inductor_config), strict=args.strict,
         sdpa_backend=args.sdpa_backend, name=args.name, allow_python_ops=args.allow_python_ops,

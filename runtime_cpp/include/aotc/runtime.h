@@ -58,6 +58,20 @@ struct SampleFiles {
   std::vector<std::string> outputs;
 };
 
+// Sequence-length buckets (`aotc export --seq-buckets`): a graph with the sequence dim static at each size. A
+// call of length l runs in the smallest size >= l: its inputs padded at the end of their axis with their pad
+// value (pad_sequence), its per-token outputs cut back to l (cut_sequence). Plain data; copyable.
+struct SeqBuckets {
+  std::string dim;                      // the dim's name, e.g. "seq"
+  std::vector<int64_t> sizes;           // ascending; the largest is the longest call the package takes
+  std::vector<int> input_axes;          // per manifest input: the axis that is the dim, -1 for none
+  std::vector<int> output_axes;         // per manifest output: likewise
+  std::vector<double> pad_values;       // per manifest input: what its padding holds
+  std::map<int64_t, std::string> graphs;  // size -> its graph with a dynamic batch (the largest's: "model")
+  std::map<int64_t, std::map<int64_t, std::string>> static_graphs;  // size -> batch -> its static graph
+  int64_t bucket(int64_t length) const;  // the smallest size >= length; -1 beyond the largest
+};
+
 // The parsed manifest (docs/manifest.md). Plain data; copyable.
 struct Manifest {
   std::string format;
@@ -73,9 +87,10 @@ struct Manifest {
   // Graphs compiled with the batch dim static (`aotc export --static-batches`): batch size -> the name of
   // the AOTInductor model in the archive. The main graph, "model", takes every batch in `batch`.
   std::map<int64_t, std::string> static_graphs;
-  // The static graphs compiled without weights, which run on the main graph's (static_graphs[].weights
-  // "model"); the runtime lends them at load.
+  // The graphs compiled without weights, which run on the main graph's (static_graphs[].weights "model",
+  // seq_buckets.weights); the runtime lends them at load.
   std::set<std::string> borrowed_weights;
+  std::optional<SeqBuckets> seq;             // seq_buckets; static graphs at a bucket are there, not above
   double atol = 1e-4;
   double rtol = 1e-4;
   std::vector<std::pair<std::string, std::string>> files_sha256;  // archive path -> lower-case hex
@@ -154,9 +169,10 @@ class Session {
   // >= n), ascending; empty for a CPU package, with graphs off, or when the package's shapes rule them out.
   std::vector<int64_t> cuda_graph_buckets() const;
 
-  // The package graph a call of `batch` rows runs: a static graph's name (Manifest::static_graphs) where
-  // one is compiled for that batch (with CUDA graphs: for the bucket it pads to), else "model".
-  std::string graph_for_batch(int64_t batch) const;
+  // The package graph a call of `batch` rows (and, with sequence buckets, of sequence length `length`) runs:
+  // a static graph's name where one is compiled for that batch (with CUDA graphs: for the bucket it pads to),
+  // else the main graph of its sequence bucket, else "model".
+  std::string graph_for_batch(int64_t batch, int64_t length = -1) const;
 
   // Runs `sample` (inputs at any batch, e.g. a stored sample's) `calls` times on every runner before the
   // session takes traffic, so no request pays for what a first call prepares: with `every_batch`, at each
@@ -180,6 +196,16 @@ std::optional<std::string> why_cannot_run(const Manifest& manifest);
 
 // `inputs` with `batch` rows along dim 0: their rows taken in turn (repeated past the end), contiguous.
 std::vector<at::Tensor> rows_of(const std::vector<at::Tensor>& inputs, int64_t batch);
+
+// Sequence buckets (Manifest::seq), the rule every front end follows; each throws Error(InvalidInput) with
+// the numbers. sequence_length: the length the bucketed inputs share. pad_sequence: the inputs padded to
+// `size`. cut_sequence: the per-token outputs cut to their first `length` positions (contiguous).
+// bucket_manifest: the manifest one bucket's graphs see (its sequence dims static at `size`, its static
+// graphs as static_graphs, no seq).
+int64_t sequence_length(const Manifest& manifest, const std::vector<at::Tensor>& inputs);
+std::vector<at::Tensor> pad_sequence(const Manifest& manifest, const std::vector<at::Tensor>& inputs, int64_t size);
+std::vector<at::Tensor> cut_sequence(const Manifest& manifest, std::vector<at::Tensor> outputs, int64_t length);
+Manifest bucket_manifest(const Manifest& manifest, int64_t size);
 
 // Reads the manifest from a package without loading its .so. Throws Error(PackageRefused/NotFound).
 Manifest read_manifest(const std::string& package_path);

@@ -1,0 +1,144 @@
+"""Sequence-length buckets against one padded shape and a dynamic sequence dim, side by side: the same model
+exported three ways (`--seq-buckets INPUTS=SIZES`; `--seq-buckets INPUTS=MAX`, every request padded to the
+longest; no buckets, the sequence dim dynamic), each served by aotc-server with dynamic batching, loaded by
+`aotc-load` at one concurrency with requests whose lengths are drawn uniformly from a range (each connection
+sends a fixed list of them in turn, starting at its own place). The cells take turns in rounds, so drifting
+load falls on all alike. Prints a markdown table of requests/s, p50 and p99 (medians of rounds) and the
+buckets' ratios, then the batches each server formed.
+  python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
+      [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
+      [--request-batch 1] [--seconds 20] [--rounds 3] [--export-arg=--static-batches=none]... [--out FILE]
+Exports go through `aotc export` and its cache. Not a test; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from launch import Server, make_repository
+from loadgen import bodies_load, model_stats
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def export(model: str, out: Path, device: str, dtype: str, extra: list[str]) -> float:
+    """`aotc export` of `model` to `out`; returns its wall seconds (a cache hit: about none)."""
+    import time
+
+    t0 = time.perf_counter()
+    argv = [sys.executable, "-m", "aotc.cli", "export", model, "-o", str(out), "--device", device, "--dtype", dtype,
+            *extra]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{(r.stderr or r.stdout)[-2000:]}")
+    return time.perf_counter() - t0
+
+
+def bodies(inputs: list[str], lengths: list[int], rows: int, tmp: Path) -> list[Path]:
+    """A JSON request per length: `rows` rows of random token ids, a mask of ones (a request is as long as
+    its own tokens), every input of `inputs` at that length."""
+    rng = np.random.default_rng(7)
+    out = []
+    for i, n in enumerate(lengths):
+        ids = rng.integers(1, 1000, (rows, n))
+        tensors = [{"name": name, "shape": [rows, n], "datatype": "INT64",
+                    "data": (ids if k == 0 else np.ones_like(ids)).ravel().tolist()} for k, name in enumerate(inputs)]
+        path = tmp / f"body{i}.json"
+        path.write_text(json.dumps({"inputs": tensors}))
+        out.append(path)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="models/hf_bert.py:base")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--inputs", default="input_ids:1,attention_mask:1")
+    ap.add_argument("--sizes", default="32,64,128")
+    ap.add_argument("--lengths", default="8:128", help="request lengths, uniform in MIN:MAX")
+    ap.add_argument("--requests", type=int, default=64, help="distinct requests (lengths) in the list")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--request-batch", type=int, default=1)
+    ap.add_argument("--max-batch-size", type=int, default=16)
+    ap.add_argument("--max-queue-delay-us", type=int, default=2000)
+    ap.add_argument("--runners", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=20.0, help="per cell and round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--export-arg", action="append", default=[], help="passed to every aotc export")
+    ap.add_argument("--pkg-dir", type=Path, default=REPO / ".cache" / "bench-seq")
+    ap.add_argument("--out", type=Path, help="also write the report here")
+    args = ap.parse_args()
+    lo, hi = (int(v) for v in args.lengths.split(":"))
+    names = [item.split(":")[0] for item in args.inputs.split(",")]
+    largest = args.sizes.split(",")[-1]
+    variants = {"buckets": ["--seq-buckets", f"{args.inputs}={args.sizes}"],
+                "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
+    args.pkg_dir.mkdir(parents=True, exist_ok=True)
+    pkgs, export_s = {}, {}
+    for label, flags in variants.items():
+        pkgs[label] = args.pkg_dir / f"{label}_{args.device}_{args.dtype}.pt2"
+        export_s[label] = export(args.model, pkgs[label], args.device, args.dtype, flags + args.export_arg)
+        print(f"exported {label}: {export_s[label]:.0f} s, {pkgs[label].stat().st_size / 1e6:.0f} MB", flush=True)
+    lengths = [int(n) for n in np.random.default_rng(3).integers(lo, hi + 1, args.requests)]
+    config = {"max_batch_size": args.max_batch_size, "max_queue_delay_us": args.max_queue_delay_us,
+              "num_runners": args.runners}
+    runs: dict[str, list[dict]] = {label: [] for label in variants}
+    stats = {}
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        files = bodies(names, lengths, args.request_batch, tmp)
+        for r in range(args.rounds):
+            for label in variants:  # one server at a time: each has the machine to itself
+                repo = make_repository(tmp / f"repo_{label}_{r}", {label: pkgs[label]}, {label: config}, link=True)
+                with Server("cpp", repo) as srv:
+                    res = bodies_load(srv.port, label, files, args.concurrency, args.seconds)
+                    if res["errors"]:
+                        raise SystemExit(f"{label}: {res['errors']} errors: {res['error_counts']}")
+                    runs[label].append(res)
+                    stats[label] = model_stats(srv.port, label)
+                print(f"round {r} {label}: {res['req_per_s']:.2f} req/s p50 {res['p50_ms']:.1f} ms "
+                      f"p99 {res['p99_ms']:.1f} ms", flush=True)
+    med = {label: {k: statistics.median(x[k] for x in rs) for k in ("req_per_s", "p50_ms", "p99_ms")}
+           for label, rs in runs.items()}
+    lines = [f"`python bench/seq_buckets.py --model {args.model} --device {args.device} --dtype {args.dtype} "
+             f"--sizes {args.sizes} --lengths {args.lengths} --concurrency {args.concurrency} --request-batch "
+             f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds}"
+             + "".join(f" --export-arg={a}" for a in args.export_arg) + "`",
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+             f"{os.cpu_count()} CPUs; {args.requests} requests of lengths {lo}..{hi} (uniform), "
+             f"max_batch_size {args.max_batch_size}, max_queue_delay_us {args.max_queue_delay_us}, "
+             f"{args.runners} runner(s); medians of {args.rounds} rounds of {args.seconds:g} s", "",
+             "| package | req/s | p50 ms | p99 ms | export s | MB |", "|---|---|---|---|---|---|"]
+    for label in variants:
+        m = med[label]
+        lines.append(f"| {label} | {m['req_per_s']:.2f} | {m['p50_ms']:.1f} | {m['p99_ms']:.1f} | "
+                     f"{export_s[label]:.0f} | {pkgs[label].stat().st_size / 1e6:.0f} |")
+    b = med["buckets"]
+    lines += ["", f"buckets / padded: throughput {b['req_per_s'] / med['padded']['req_per_s']:.2f}x, "
+                  f"p99 {b['p99_ms'] / med['padded']['p99_ms']:.2f}x; buckets / dynamic: throughput "
+                  f"{b['req_per_s'] / med['dynamic']['req_per_s']:.2f}x, p99 {b['p99_ms'] / med['dynamic']['p99_ms']:.2f}x",
+              "", "batches formed (last round: batch size x executions):"]
+    for label, st in stats.items():
+        formed = sorted((s["batch_size"], s["compute_infer"]["count"]) for s in st["batch_stats"])
+        lines.append(f"- {label}: " + ", ".join(f"{n}x{c}" for n, c in formed))
+    report = "\n".join(lines)
+    print(report)
+    if args.out:
+        args.out.write_text(report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
