@@ -104,7 +104,8 @@ def test_each_part_of_the_key_moves_it(model_file, monkeypatch):
 CHANGED = {"dtype": "fp16", "dynamic_batch": (1, 8), "example_batch": 3, "static_batches": (2,),
            "max_autotune": True, "freezing": False, "inductor_extra": {"coordinate_descent_tuning": True},
            "strict": True, "sdpa_backend": "math", "name": "other", "allow_python_ops": True,
-           "embedding_bag": "aten", "allow_trivial_outputs": True, "samples": None, "quick": True}
+           "embedding_bag": "aten", "allow_trivial_outputs": True, "samples": None, "quick": True,
+           "seq_buckets": "x:1=8,16"}
 
 
 @pytest.mark.parametrize("option", sorted(CHANGED))

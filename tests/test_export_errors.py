@@ -131,7 +131,8 @@ def test_static_batches_default_by_device():
     have). Given, as asked, errors included."""
     from aotc.errors import ExportError
     from aotc.manifest import Batch
-    from aotc.pipeline import ExportOptions, _static_plan
+    from aotc.graphs import static_plan as _static_plan
+    from aotc.pipeline import ExportOptions
 
     def sizes(opts, batch):
         return [g.batch for g in _static_plan(opts, batch)]
