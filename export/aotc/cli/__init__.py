@@ -18,7 +18,7 @@ import importlib
 import os
 import sys
 
-COMMANDS = ("export", "inspect", "check", "serve", "bench", "bundle")  # aotc.cli.<command>
+COMMANDS = ("export", "inspect", "check", "serve", "bench", "bundle", "tune")  # aotc.cli.<command>
 
 
 def _command(name: str):
