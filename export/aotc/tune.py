@@ -25,6 +25,7 @@ import os
 import subprocess
 import tempfile
 import time
+import warnings
 
 from aotc.errors import AotcError
 
@@ -100,7 +101,9 @@ def export_variants(spec: str, device: str, names: dict[str, dict], dtype: str, 
                                                           out=os.path.join(pkg_dir, f"{name}.pt2")), **change)
         log = io.StringIO()
         try:
-            with contextlib.redirect_stdout(log):
+            # the summaries and torch's warnings go to the log: the line below says what matters
+            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 pipeline.run_export(spec, opts)
             pkgs[name] = opts.out
             say(f"export {name}: ok in {time.perf_counter() - t0:.0f} s"
