@@ -28,6 +28,7 @@ import time
 import warnings
 
 from aotc.errors import AotcError
+from aotc.tune_report import score, write_outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,21 +116,19 @@ def export_variants(spec: str, device: str, names: dict[str, dict], dtype: str, 
 
 
 def sample_body(pkg: str, rows: int, path: str) -> dict:
-    """Writes the package's first stored sample, cut or repeated to `rows` rows, as one binary-tensor request;
-    returns its headers."""
+    """Writes the package's first stored sample (read from the archive, no code loaded), cut or repeated to
+    `rows` rows, as one binary-tensor request; returns its headers."""
     import numpy as np
 
-    from aotc.runtime import Session
+    from aotc import manifest as manifest_mod
+    from aotc_client.dtypes import datatype_from_name
 
-    session = Session(pkg)
-    ins, _ = session.samples()[0]
-    batched = session.manifest.batch is not None
-    arrays = [np.ascontiguousarray(np.resize(x, (rows, *x.shape[1:])) if batched else x) for x in ins]
-    from aotc_client.dtypes import datatype_of
-
-    header = json.dumps({"inputs": [{"name": n, "shape": list(a.shape), "datatype": datatype_of(a),
+    m = manifest_mod.read(pkg)
+    ins, _ = manifest_mod.read_samples(pkg, m)[0]
+    arrays = [np.ascontiguousarray(np.resize(x, (rows, *x.shape[1:])) if m.batch else x) for x in ins]
+    header = json.dumps({"inputs": [{"name": t.name, "shape": list(a.shape), "datatype": datatype_from_name(t.dtype),
                                      "parameters": {"binary_data_size": a.nbytes}}
-                                    for n, a in zip(session.input_names, arrays)],
+                                    for t, a in zip(m.inputs, arrays)],
                          "parameters": {"binary_data_output": True}}).encode()
     with open(path, "wb") as f:
         f.write(header + b"".join(a.tobytes() for a in arrays))
@@ -203,15 +202,6 @@ def load(port: int, model: str, body: str, headers: dict, concurrency: int, seco
             "errors": s["errors"]}
 
 
-def score(result: dict, budget_ms: float) -> tuple:
-    """Orders candidates: those within the budget at every concurrency (no errors) by mean throughput, then
-    the others by their worst p99."""
-    per = result["per_concurrency"].values()
-    meets = all(r["p99_ms"] < budget_ms and r["errors"] == 0 for r in per)
-    mean = sum(r["req_per_s"] for r in per) / max(len(per), 1)
-    return (1, mean) if meets else (0, -max(r["p99_ms"] for r in per))
-
-
 @dataclasses.dataclass
 class TuneOptions:
     spec: str
@@ -271,7 +261,7 @@ def _search(o: TuneOptions, pkgs: dict, dropped: dict, tmp: str, say, start: flo
             break
         say(f"round {rnd}: {len(alive)} candidates x {len(o.concurrency)} concurrencies, {seconds:g} s each, "
             f"~{estimate / 60:.1f} min")
-        _measure_round(alive, pkgs, bodies, o, seconds, tmp, rnd, results, say, start, estimate)
+        _measure_round(alive, pkgs, bodies, o, seconds, tmp, rnd, results, say, start)
         ranked = sorted(alive, key=lambda c: score(results[c], o.p99_ms), reverse=True)
         keep = max(1, math.ceil(len(ranked) / 3))
         if len(alive) == 1 or keep == len(alive) or (keep == 1 and len(alive) <= 2):
@@ -279,12 +269,10 @@ def _search(o: TuneOptions, pkgs: dict, dropped: dict, tmp: str, say, start: flo
         alive = ranked[:keep] + ([Candidate("default")] if Candidate("default") in cands and
                                  Candidate("default") not in ranked[:keep] else [])
         seconds *= 2
-    from aotc.tune_report import write_outputs
-
     return write_outputs(o, cands, results, dropped, pkgs, say, time.monotonic() - start)
 
 
-def _measure_round(alive, pkgs, bodies, o, seconds, tmp, rnd, results, say, start, estimate) -> None:
+def _measure_round(alive, pkgs, bodies, o, seconds, tmp, rnd, results, say, start) -> None:
     """Measures every candidate of `alive`, one server per set of server flags, a few entries at a time."""
     groups: dict[tuple, list[Candidate]] = {}
     for c in alive:

@@ -20,6 +20,13 @@ def meets(result: dict, budget_ms: float) -> bool:
     return all(r["p99_ms"] < budget_ms and r["errors"] == 0 for r in result["per_concurrency"].values())
 
 
+def score(result: dict, budget_ms: float) -> tuple:
+    """Orders candidates: those within the budget at every concurrency (no errors) by mean throughput, then
+    the others by their worst p99."""
+    tput, p99 = summary(result)
+    return (1, tput) if meets(result, budget_ms) else (0, -p99)
+
+
 def table_lines(rows: list, concurrency, budget_ms: float) -> list[str]:
     """A markdown table, one row per (candidate, result), best first."""
     head = "| configuration | round | " + " | ".join(f"c={n} req/s | c={n} p50 ms | c={n} p99 ms" for n in concurrency)
@@ -79,7 +86,7 @@ def write_outputs(o, cands, results: dict, dropped: dict, pkgs: dict, say, elaps
 
     measured = [(c, results[c]) for c in cands if c in results]
     last = max(r["round"] for _, r in measured)
-    key = lambda cr: ((1, summary(cr[1])[0]) if meets(cr[1], o.p99_ms) else (0, -summary(cr[1])[1]))  # noqa: E731
+    key = lambda cr: score(cr[1], o.p99_ms)  # noqa: E731
     # the winner among the candidates measured longest (the last round), whose numbers are the surest
     finalists = sorted((cr for cr in measured if cr[1]["round"] == last), key=key, reverse=True)
     rows = sorted(measured, key=lambda cr: (cr[1]["round"], key(cr)), reverse=True)
