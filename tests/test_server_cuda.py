@@ -38,7 +38,7 @@ def server_bin(monkeypatch):
 
 def buckets(max_batch: int) -> list[int]:
     """runtime_cpp/src/cuda_graphs.cpp batch_buckets(1, max): powers of two below max, then max."""
-    from aotc.pipeline import graph_buckets
+    from aotc.graphs import graph_buckets
 
     return graph_buckets(1, max_batch)
 

@@ -14,7 +14,7 @@ import torch
 
 from aotc.errors import PackageError
 from aotc.manifest import Batch, StaticGraph
-from aotc.pipeline import static_graph_plan
+from aotc.graphs import static_graph_plan
 from aotc.errors import ExportError
 from aotc.runtime import Session
 from conftest import REPO, eager_reference

@@ -124,6 +124,11 @@ class Graph:
     batch: int | None = None
     seq: int | None = None
 
+    @property
+    def shown(self) -> str:
+        """What it is static at, for the progress lines: "seq 64, batch 8"."""
+        return ", ".join(f"{k} {v}" for k, v in (("seq", self.seq), ("batch", self.batch)) if v is not None)
+
 
 def plan(static: list[StaticGraph], seq: SeqBuckets | None) -> list[Graph]:
     """Every graph beside the main dynamic one: the static batches; with sequence buckets, a graph per size
@@ -132,5 +137,5 @@ def plan(static: list[StaticGraph], seq: SeqBuckets | None) -> list[Graph]:
 
     if seq is None:
         return [Graph(g.graph, g.batch) for g in static]
-    out = [Graph(seq_buckets.graph_name(seq, n), None, n) for n in reversed(seq.sizes)]  # "model" first
-    return out + [Graph(seq_buckets.graph_name(seq, n, g.batch), g.batch, n) for n in seq.sizes for g in static]
+    out = [Graph(seq.graphs[n], None, n) for n in reversed(seq.sizes)]  # "model" first
+    return out + [Graph(seq_buckets.graph_name(seq.sizes, n, g.batch), g.batch, n) for n in seq.sizes for g in static]

@@ -16,7 +16,7 @@ from aotc import compile as aoti
 from aotc import export as exp
 from aotc import graphs, package, parity, report, seq_buckets
 from aotc.errors import ExportError, InconclusiveError, NoAttentionKernel, ParityError
-from aotc.graphs import DEFAULT_STATIC_BATCHES, graph_buckets, static_graph_plan  # noqa: F401  (the flag's docs)
+from aotc.graphs import DEFAULT_STATIC_BATCHES
 from aotc.manifest import Batch, StaticGraph, Tolerance
 from aotc.load_model import load_model_file, with_example_batch
 from aotc_client.compare import default_tolerance
@@ -28,7 +28,8 @@ class ExportOptions:
     dtype: str = "fp32"
     dynamic_batch: tuple[int, int] | None = None
     example_batch: int | None = None  # trace and tune at this batch size (load_model.with_example_batch)
-    # also compile a graph with dim 0 static at each of these sizes; or "buckets" / "buckets:N" (static_graph_plan);
+    # also compile a graph with dim 0 static at each of these sizes; or "buckets" / "buckets:N"
+    # (graphs.static_graph_plan);
     # None: DEFAULT_STATIC_BATCHES for the device, where the model has a dynamic batch
     static_batches: tuple[int, ...] | str | None = None
     # --seq-buckets INPUT:AXIS[,...]=N,N,...: a graph with the sequence dim static at each size (seq_buckets)
@@ -181,8 +182,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
     programs, static, borrowing = {}, [], set()  # graph name -> its exported program; static_graphs; no weights
     main_weights = graphs.weights_by_fqn(ep)
     for g in extra:  # each static batch graph's parity case is also a sample, for aotc-run's self-check
-        shown = ", ".join(f"{k} {v}" for k, v in (("seq", g.seq), ("batch", g.batch)) if v is not None)
-        with prog.stage(f"torch.export, static {shown}"):
+        with prog.stage(f"torch.export, static {g.shown}"):
             _, ins = exp.prepare(with_example_batch(mf, g.batch) if g.batch else mf, opts.device, opts.dtype)
             ins = seq_buckets.resize(ins, mf.input_names, seq, g.seq) if seq else ins
             programs[g.name] = graphs.export_graph(mf, model, ins, rewrites, opts, g.batch is not None, seq)
@@ -199,8 +199,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
                                              dict(seq_buckets.bucket_lengths(seq, dims[seq.dim][0])).get(g.seq, g.seq))
                 cases.append(parity.static_case(static[-1], ins, exp.eager_outputs(model, ins, mf)))
     if seq:
-        seq = dataclasses.replace(seq, graphs={n: seq_buckets.graph_name(seq, n) for n in seq.sizes},
-                                  weights=tuple(g.name for g in extra if g.batch is None and g.name in borrowing))
+        seq = dataclasses.replace(seq, weights=tuple(g.name for g in extra if g.batch is None and g.name in borrowing))
 
     sample_entries, sample_bytes, samples_cap = parity.samples_within(mf, model, cases, specs_in, dims, opts.samples,
                                                                        opts.device, opts.dtype)
@@ -227,8 +226,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         for g in extra:
             if g.name == "model":
                 continue
-            shown = ", ".join(f"{k} {v}" for k, v in (("seq", g.seq), ("batch", g.batch)) if v is not None)
-            with prog.stage(f"AOTInductor compile, static {shown}"):
+            with prog.stage(f"AOTInductor compile, static {g.shown}"):
                 static_compiled[g.name] = os.path.join(tmp, f"{g.name}.pt2")
                 without_weights = {"aot_inductor.package_constants_in_so": False} if g.name in borrowing else {}
                 compile_s += aoti.compile_package(programs.pop(g.name), static_compiled[g.name],

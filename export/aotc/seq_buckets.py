@@ -52,7 +52,7 @@ def parse(text: str) -> SeqRequest:
 
 def plan(req: SeqRequest, ep, input_names: list[str], output_names: list[str], specs_in: list[TensorEntry],
          dims: dict, pad_values: dict | None) -> SeqBuckets:
-    """The manifest's seq_buckets (graphs not yet named) for `req`, checked against the exported program: each
+    """The manifest's seq_buckets (which graphs run on "model"'s weights not yet known) for `req`, checked against the exported program: each
     named input exists and its axis is one free dynamic dim shared by all of them and by no other input, every
     size lies in the dim's range, and an output carries the dim at most at one axis, as the dim itself (not an
     expression of it). Raises ExportError naming what is wrong."""
@@ -113,15 +113,16 @@ def plan(req: SeqRequest, ep, input_names: list[str], output_names: list[str], s
         if found:
             outputs[name] = found[0]
     pads = {name: float((pad_values or {}).get(name, 0)) for name in axes}
-    return SeqBuckets(dim=symbol, sizes=req.sizes, inputs=axes, outputs=outputs, pad_values=pads, graphs={})
+    return SeqBuckets(dim=symbol, sizes=req.sizes, inputs=axes, outputs=outputs, pad_values=pads,
+                      graphs={n: graph_name(req.sizes, n) for n in req.sizes})
 
 
-def graph_name(seq: SeqBuckets, size: int, batch: int | None = None) -> str:
-    """The AOTInductor model name of the graph static at `size` (and at `batch`): the largest size's graph
-    with a dynamic batch is the package's main one, "model". AOTInductor's loader takes a graph's files by
-    name prefix; the "_static" suffix keeps every name from being a prefix of another."""
+def graph_name(sizes: tuple[int, ...], size: int, batch: int | None = None) -> str:
+    """The AOTInductor model name of the graph static at `size` of the buckets `sizes` (and at `batch`): the
+    largest size's graph with a dynamic batch is the package's main one, "model". AOTInductor's loader takes a
+    graph's files by name prefix; the "_static" suffix keeps every name from being a prefix of another."""
     if batch is None:
-        return "model" if size == seq.sizes[-1] else f"seq{size}_static"
+        return "model" if size == sizes[-1] else f"seq{size}_static"
     return f"seq{size}_batch{batch}_static"
 
 

@@ -20,7 +20,7 @@ def positive_int(text: str) -> int:
 
 def static_batches(text: str) -> tuple[int, ...] | str:
     """`N,N,...`, or `buckets` / `buckets:N` (the runtime's CUDA-graph buckets in the batch range, up to N),
-    expanded once the batch range is known (pipeline.static_graph_plan), or `none`."""
+    expanded once the batch range is known (graphs.static_graph_plan), or `none`."""
     if text == "none":
         return ()
     if text == "buckets" or text.startswith("buckets:"):
