@@ -203,6 +203,14 @@ def test_cuda_shared_memory_answers_as_tritons_cpu_build(client, srv):
         client.get_cuda_shared_memory_status("gpu0")
     status, body = srv.json("POST", "/v2/cudasharedmemory/region/gpu0/register", {"device_id": 0, "byte_size": 8})
     assert status == 400 and "raw_handle" in body["error"], body
+    # Triton's C++ client (perf_analyzer) breaks its base64 every 72 characters: read as the handle it is
+    b64 = base64.b64encode(bytes(range(64))).decode()
+    for raw, says in ((b64[:72] + "\n" + b64[72:] + "\n", "GPUs not supported"),
+                      (b64[:-4] + "*" + b64[-3:], "'raw_handle.b64' is not base64"),
+                      (b64[:-2] + "=A", "'raw_handle.b64' is not base64")):  # a character after the padding
+        status, body = srv.json("POST", "/v2/cudasharedmemory/region/gpu0/register",
+                                {"raw_handle": {"b64": raw}, "device_id": 0, "byte_size": 8})
+        assert status == 400 and says in body["error"], (raw, body)
 
 
 @pytest.mark.parametrize("kind", ["cpp", "python"])

@@ -2,6 +2,7 @@
 // output buffer, because tensors are row-major with the batch dim first. Thread-safe as batch.h says.
 #include "batch.h"
 
+#include <algorithm>
 #include <string>
 
 namespace aotc::server {
@@ -28,11 +29,17 @@ std::vector<bool> wanted_union(const Batch& batch) {
   return wanted;
 }
 
-std::vector<Tensor> concatenate(const Batch& batch) {
+std::vector<Tensor> concatenate(const Batch& batch, const RunnableModel& model) {
   if (batch.size() == 1) return std::move(batch[0]->inputs);
   const int64_t total = total_rows(batch);
   std::vector<Tensor> inputs = batch[0]->inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (std::any_of(batch.begin(), batch.end(), [i](const BatchRequest* r) { return r->inputs[i].device >= 0; })) {
+      std::vector<const Tensor*> pieces;
+      for (const BatchRequest* r : batch) pieces.push_back(&r->inputs[i]);
+      inputs[i] = model.join_rows(pieces);
+      continue;
+    }
     inputs[i].shape[0] = total;
     size_t size = 0;
     for (const BatchRequest* r : batch) size += r->inputs[i].bytes.size();
@@ -92,6 +99,7 @@ void split(std::vector<Tensor> outputs, const std::vector<bool>& wanted, const B
       if (s.written && s.output < r->outputs.size()) {
         Tensor& t = r->outputs[s.output];
         t.bytes = Bytes(s.data, s.data.get(), t.bytes.size());
+        t.device = s.device;
       }
 }
 
@@ -100,7 +108,7 @@ std::optional<ServeError> run_batch(const RunnableModel& model, const Batch& bat
   std::optional<ServeError> error;
   try {
     const std::vector<bool> wanted = wanted_union(batch);
-    const std::vector<Tensor> inputs = concatenate(batch);
+    const std::vector<Tensor> inputs = concatenate(batch, model);
     const std::vector<RunnableModel::RowSink> sinks = row_sinks(batch);
     times.model_start = Clock::now();
     std::vector<Tensor> outputs = model.run(inputs, wanted, sinks);

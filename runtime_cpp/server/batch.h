@@ -42,8 +42,9 @@ int64_t total_rows(const Batch& batch);
 std::vector<bool> wanted_union(const Batch& batch);
 
 // The batch's inputs: each request's bytes appended along dim 0 (tensors are row-major, batch dim first),
-// dim 0 set to the total rows. A lone request's inputs are moved out of it.
-std::vector<Tensor> concatenate(const Batch& batch);
+// dim 0 set to the total rows; an input that some request has in device memory is joined by
+// `model.join_rows`. A lone request's inputs are moved out of it.
+std::vector<Tensor> concatenate(const Batch& batch, const RunnableModel& model);
 
 // Each request's sinks with its rows of the batch (a lone request: all of them, rows -1).
 std::vector<RunnableModel::RowSink> row_sinks(const Batch& batch);

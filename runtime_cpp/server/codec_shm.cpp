@@ -30,17 +30,24 @@ SharedMemoryRegion parse_shm_register(const std::string& name, std::string_view 
 
 namespace {
 
-// RFC 4648 base64 (padding optional, no line breaks); nullopt on any other character.
+// RFC 4648 base64, padding optional; line breaks and other ASCII whitespace skipped, as MIME encoders (and
+// Triton's C++ client, which breaks its base64 every 72 characters) write them. nullopt on any other
+// character, or on one after the padding.
 std::optional<std::string> base64_decode(std::string_view in) {
-  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
   std::string out;
   out.reserve(in.size() * 3 / 4);
   uint32_t acc = 0;
   int bits = 0;
+  bool padded = false;
   for (char c : in) {
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    if (c == '=') {
+      padded = true;
+      continue;
+    }
     int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
           : c == '+' ? 62 : c == '/' ? 63 : -1;
-    if (v < 0) return std::nullopt;
+    if (v < 0 || padded) return std::nullopt;
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {

@@ -71,22 +71,63 @@ bool CudaSharedMemoryRegistry::has(const std::string& name) const {
 }
 
 std::shared_ptr<char> CudaSharedMemoryRegistry::locate(const SharedMemoryRef& ref, const std::string& what,
-                                                       int64_t* device) const {
+                                                       int* device) const {
   std::shared_ptr<Region> r;
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = regions_.find(ref.region);
-    if (it == regions_.end())
-      throw bad_request(what + ": no shared memory region '" + ref.region + "' is registered");
+    if (it == regions_.end()) return nullptr;
     r = it->second;
   }
   if (ref.offset > r->region.byte_size || ref.byte_size > r->region.byte_size - ref.offset)
     throw bad_request(what + ": shared_memory_offset " + std::to_string(ref.offset) + " + shared_memory_byte_size " +
                       std::to_string(ref.byte_size) + " exceeds CUDA region '" + ref.region + "' (" +
                       std::to_string(r->region.byte_size) + " bytes)");
-  *device = r->region.device_id;
+  *device = static_cast<int>(r->region.device_id);
   char* p = static_cast<char*>(r->memory.get()) + ref.offset;
   return std::shared_ptr<char>(std::move(r), p);
+}
+
+void CudaSharedMemoryRegistry::resolve(InferRequest& request, bool device_inputs) const {
+  if (!available()) return;  // nothing can be registered: every reference is the system registry's
+  for (auto& [index, ref] : request.input_shm) {
+    Tensor& t = request.inputs.at(index);
+    const std::string what = "input '" + t.name + "'";
+    int device = -1;
+    std::shared_ptr<char> data = locate(ref, what, &device);
+    if (!data) continue;
+    ref.data = data;
+    ref.device = device;
+    const size_t n = static_cast<size_t>(ref.byte_size);
+    if (device_inputs && t.type != WireType::BYTES) {  // read on the device by the model call, no host copy
+      t.bytes = Bytes(data, data.get(), n);
+      t.device = device;
+      continue;
+    }
+    std::string host(n, '\0');
+    try {
+      copy_(host.data(), data.get(), n, device);
+    } catch (const std::exception& e) {
+      throw bad_request(what + ": cannot read CUDA shared memory region '" + ref.region + "': " + e.what());
+    }
+    t.bytes = Bytes(std::move(host));
+  }
+  for (auto& o : request.outputs) {
+    if (!o.shm) continue;
+    int device = -1;
+    if (std::shared_ptr<char> data = locate(*o.shm, "output '" + o.name + "'", &device)) {
+      o.shm->data = std::move(data);
+      o.shm->device = device;
+    }
+  }
+}
+
+void CudaSharedMemoryRegistry::write(const SharedMemoryRef& ref, const char* bytes, size_t size) const {
+  try {
+    copy_(ref.data.get(), bytes, size, ref.device);
+  } catch (const std::exception& e) {
+    throw ServeError(500, "cannot write CUDA shared memory region '" + ref.region + "': " + e.what());
+  }
 }
 
 }  // namespace aotc::server

@@ -38,8 +38,12 @@ class CudaSharedMemoryRegistry {
   // Opens a client's IPC handle on `device`: the device pointer of the memory, kept open while the returned
   // handle lives. Throws std::exception with the driver's reason. Empty: this process has no CUDA.
   using Opener = std::function<std::shared_ptr<void>(const std::string& raw_handle, int device, size_t bytes)>;
+  // Copies `bytes` between host and device memory of GPU `device` (model.h: copy_memory), returning when done.
+  // Throws std::exception with the driver's reason.
+  using Copier = std::function<void(void* dst, const void* src, size_t bytes, int device)>;
 
-  CudaSharedMemoryRegistry(bool enabled, Opener open) : enabled_(enabled), open_(std::move(open)) {}
+  CudaSharedMemoryRegistry(bool enabled, Opener open, Copier copy = {})
+      : enabled_(enabled), open_(std::move(open)), copy_(std::move(copy)) {}
   bool enabled() const { return enabled_; }
   // Whether a region can be registered at all: the extension is on and the process has CUDA.
   bool available() const { return enabled_ && static_cast<bool>(open_); }
@@ -53,16 +57,27 @@ class CudaSharedMemoryRegistry {
   std::vector<CudaSharedMemoryRegion> status(const std::string& name) const;
   bool has(const std::string& name) const;
 
-  // The device memory of `ref` (its region, offset and byte size): the pointer at the offset, keeping the
-  // handle open, and the region's GPU. ServeError 400 for an unknown region or a range past its end.
-  std::shared_ptr<char> locate(const SharedMemoryRef& ref, const std::string& what, int64_t* device) const;
+  // Points every input and output of `request` whose shared memory reference names a CUDA region at its
+  // device memory (SharedMemoryRef::data and ::device), leaving references to other regions for the system
+  // registry. An input stays in device memory when `device_inputs` (a CUDA package that pads nothing on the
+  // host) and its datatype is not BYTES; otherwise its bytes are copied to the host here. ServeError 400 for a
+  // range past the region's end or a copy the driver refuses.
+  void resolve(InferRequest& request, bool device_inputs) const;
+  // Copies `bytes` host bytes into the CUDA region memory `ref` resolved to (an output that did not go there
+  // during the model call). ServeError 500 when the driver refuses.
+  void write(const SharedMemoryRef& ref, const char* bytes, size_t size) const;
 
  private:
   struct Region;
   void check_enabled() const;
+  // The device memory of `ref` (its region, offset and byte size): the pointer at the offset, keeping the
+  // handle open, and the region's GPU; null when no CUDA region has that name. ServeError 400 for a range
+  // past the region's end.
+  std::shared_ptr<char> locate(const SharedMemoryRef& ref, const std::string& what, int* device) const;
 
   bool enabled_;
   Opener open_;
+  Copier copy_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Region>> regions_;
 };

@@ -234,7 +234,7 @@ struct GrpcServer::Impl final : ServiceBase {
   ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
                                                  const pb::SystemSharedMemoryRegisterRequest* q,
                                                  pb::SystemSharedMemoryRegisterResponse*) override {
-    return answer(ctx, __func__, true, [&] { state.shm().add(grpc_codec::parse_shm_register(*q)); });
+    return answer(ctx, __func__, true, [&] { state.add_shm(grpc_codec::parse_shm_register(*q)); });
   }
   ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
                                                    const pb::SystemSharedMemoryUnregisterRequest* q,
@@ -247,7 +247,7 @@ struct GrpcServer::Impl final : ServiceBase {
   }
   ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx, const pb::CudaSharedMemoryRegisterRequest* q,
                                                pb::CudaSharedMemoryRegisterResponse*) override {
-    return answer(ctx, __func__, true, [&] { state.cuda_shm().add(grpc_codec::parse_cuda_shm_register(*q)); });
+    return answer(ctx, __func__, true, [&] { state.add_cuda_shm(grpc_codec::parse_cuda_shm_register(*q)); });
   }
   ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
                                                  const pb::CudaSharedMemoryUnregisterRequest* q,

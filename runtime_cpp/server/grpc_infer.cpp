@@ -16,7 +16,7 @@ void GrpcServer::Impl::infer(const pb::ModelInferRequest& message, std::shared_p
   InferRequest request = grpc_codec::parse_infer_request(message, std::move(owner));
   const std::optional<int64_t> timeout = request.timeout_us;
   const auto deadline = Clock::now() + std::chrono::microseconds(timeout.value_or(0));
-  auto job = service::submit(*mine, std::move(request), state.shm(), std::move(done));
+  auto job = service::submit(*mine, std::move(request), {state.shm(), state.cuda_shm()}, std::move(done));
   if (timeout && *timeout >= 0)
     timers.add(deadline, [weak_sched = std::weak_ptr<Scheduler>(mine), weak_job = std::weak_ptr<Scheduler::Job>(job),
                           us = *timeout] {

@@ -119,6 +119,8 @@ std::function<std::shared_ptr<void>(const std::string&, int, size_t)> cuda_ipc_o
   return [](const std::string& handle, int device, size_t) { return aotc::open_cuda_ipc_handle(handle, device); };
 }
 
+void copy_memory(void* dst, const void* src, size_t bytes, int device) { aotc::copy_memory(dst, src, bytes, device); }
+
 std::string package_device(const std::string& path) {
   try {
     return aotc::read_manifest(path).device;
@@ -189,6 +191,50 @@ size_t Model::warm_up(const std::optional<std::vector<WarmupSample>>& samples, c
   }
 }
 
+Tensor Model::join_rows(const std::vector<const Tensor*>& pieces) const {
+  Tensor joined = *pieces.at(0);
+  joined.shape[0] = 0;
+  size_t bytes = 0;
+  int device = -1;
+  for (const Tensor* p : pieces) {
+    joined.shape[0] += p->shape.at(0);
+    bytes += p->bytes.size();
+    if (device < 0) device = p->device;
+  }
+  if (info_.device != "cuda") device = -1;  // a CPU package reads its inputs on the host
+  try {
+    auto buffer = std::make_shared<const at::Tensor>(
+        at::empty({static_cast<int64_t>(bytes)},
+                  at::TensorOptions().dtype(at::kByte).device(device >= 0 ? at::Device(at::kCUDA, device) : at::Device(at::kCPU))));
+    char* to = static_cast<char*>(buffer->data_ptr());
+    for (const Tensor* p : pieces) {
+      const size_t n = p->bytes.size();
+      if (device < 0 && p->device < 0) std::memcpy(to, p->bytes.data(), n);
+      else aotc::copy_memory(to, p->bytes.data(), n, device >= 0 ? device : p->device);
+      to += n;
+    }
+    joined.bytes = Bytes(buffer, static_cast<const char*>(buffer->data_ptr()), bytes);
+    joined.device = device;
+    return joined;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    throw ServeError(500, "cannot batch input '" + joined.name + "' in device memory: " + what.substr(0, what.find('\n')));
+  }
+}
+
+namespace {
+
+// Whether the call wrote every one of `rows` rows of output `output` into sinks (none overlap: each request
+// has rows of its own).
+bool all_rows_in_sinks(const std::vector<RunnableModel::RowSink>& sinks, size_t output, int64_t rows) {
+  int64_t written = 0;
+  for (const auto& s : sinks)
+    if (s.sink->output == output && s.sink->written) written += s.rows < 0 ? rows - s.row : s.rows;
+  return written >= rows;
+}
+
+}  // namespace
+
 std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
                                const std::vector<RowSink>& sinks) const {
   const aotc::Manifest& man = session_->manifest();
@@ -199,14 +245,14 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vec
     // Host tensors for CUDA packages too: the session copies them to its own device through pinned
     // memory on the runner's stream, and hands back outputs in pinned host memory.
     for (size_t i = 0; i < inputs.size(); ++i) {
-      auto st = aotc::to_scalar_type(man.inputs[i].dtype);
-      args.push_back(at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape,
-                                   at::TensorOptions().dtype(st)));
+      auto opts = at::TensorOptions().dtype(aotc::to_scalar_type(man.inputs[i].dtype));
+      if (inputs[i].device >= 0) opts = opts.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(inputs[i].device)));
+      args.push_back(at::from_blob(const_cast<char*>(inputs[i].bytes.data()), inputs[i].shape, opts));
     }
     std::vector<aotc::OutputSink> to;
     to.reserve(sinks.size());
     for (const auto& s : sinks)
-      to.push_back({s.sink->output, s.row, s.rows, s.sink->data.get(), s.sink->capacity, false});
+      to.push_back({s.sink->output, s.row, s.rows, s.sink->data.get(), s.sink->capacity, s.sink->device, false});
     std::vector<at::Tensor> outs = session_->run(args, wanted, to);
     for (size_t i = 0; i < sinks.size(); ++i) sinks[i].sink->written = to[i].written;
     std::vector<Tensor> result;
@@ -218,7 +264,11 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vec
         result.push_back(std::move(t));
         continue;
       }
-      auto o = std::make_shared<const at::Tensor>(outs[i].contiguous().to(at::kCPU));
+      // On the device only when no row of it is read on the host: every row went to a sink.
+      const int64_t rows = man.batch && outs[i].dim() > 0 ? outs[i].size(0) : 1;
+      const bool stays = outs[i].is_cuda() && all_rows_in_sinks(sinks, i, rows);
+      auto o = std::make_shared<const at::Tensor>(stays ? outs[i] : outs[i].contiguous().to(at::kCPU));
+      if (stays) t.device = o->device().index();
       t.type = wire_from_scalar(o->scalar_type());
       t.shape.assign(o->sizes().begin(), o->sizes().end());
       // A view of the output tensor (pinned memory for CUDA packages), kept alive until the answer is encoded.

@@ -43,6 +43,9 @@ std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
 // What opens a client's CUDA IPC handle on a GPU (aotc::open_cuda_ipc_handle), for the CUDA shared memory
 // registry; empty when this process has no GPU, so that the registry answers as Triton's CPU build.
 std::function<std::shared_ptr<void>(const std::string& handle, int device, size_t bytes)> cuda_ipc_opener();
+// Copies `bytes` between host memory and device memory of GPU `device` (aotc::copy_memory), returning when
+// done. Throws std::exception with the driver's reason.
+void copy_memory(void* dst, const void* src, size_t bytes, int device);
 
 // The device a package was exported for ("cpu" or "cuda"), from its manifest, without loading its code.
 // Throws ServeError(503) with the one-line reason when the manifest cannot be read.
@@ -58,8 +61,14 @@ class Model : public RunnableModel {
 
   const ModelInfo& info() const override { return info_; }
   double load_seconds() const override { return load_seconds_; }
+  // Inputs in device memory (Tensor::device) reach the session as device tensors; an output whose every row
+  // went to sinks stays where the session left it (on the device for device inputs), the others come back
+  // in host memory.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
                           const std::vector<RowSink>& sinks) const override;
+  // A CUDA package: the pieces joined in device memory of the first device piece's GPU (host pieces copied
+  // there); a CPU package: in host memory.
+  Tensor join_rows(const std::vector<const Tensor*>& pieces) const override;
 
   // The calls a version makes before it is READY, so that no request pays for what a first call prepares
   // (a CUDA graph's capture above all). `samples` unset: the package's first stored sample at every batch the

@@ -135,7 +135,7 @@ Routes::Routes(const ServerOptions& options, ServerState& state)
     req.model = c.model;
     req.version = c.version;
     size_t json_length = 0;
-    r.body = codec::write_infer_response(service::infer(*sched, std::move(req), s.state_.shm()), &json_length);
+    r.body = codec::write_infer_response(service::infer(*sched, std::move(req), {s.state_.shm(), s.state_.cuda_shm()}), &json_length);
     if (json_length != std::string::npos) {
       r.header_length = json_length;
       r.content_type = "application/octet-stream";
@@ -191,7 +191,7 @@ Routes::Routes(const ServerOptions& options, ServerState& state)
   add("GET", "/v2/systemsharedmemory[/region/{region}]/status",
       [json](Routes& s, Call& c, Reply& r) { json(r, codec::write_shm_status(s.state_.shm().status(c.region))); });
   add("POST", "/v2/systemsharedmemory/region/{region}/register", [json](Routes& s, Call& c, Reply& r) {
-    s.state_.shm().add(codec::parse_shm_register(c.region, c.body));
+    s.state_.add_shm(codec::parse_shm_register(c.region, c.body));
     json(r, "{}");
   });
   add("POST", "/v2/systemsharedmemory[/region/{region}]/unregister", [json](Routes& s, Call& c, Reply& r) {
@@ -202,7 +202,7 @@ Routes::Routes(const ServerOptions& options, ServerState& state)
     json(r, codec::write_cuda_shm_status(s.state_.cuda_shm().status(c.region)));
   });
   add("POST", "/v2/cudasharedmemory/region/{region}/register", [json](Routes& s, Call& c, Reply& r) {
-    s.state_.cuda_shm().add(codec::parse_cuda_shm_register(c.region, c.body));
+    s.state_.add_cuda_shm(codec::parse_cuda_shm_register(c.region, c.body));
     json(r, "{}");
   });
   add("POST", "/v2/cudasharedmemory[/region/{region}]/unregister", [json](Routes& s, Call& c, Reply& r) {

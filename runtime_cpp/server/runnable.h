@@ -34,6 +34,15 @@ class RunnableModel {
   // device); sets each OutputSink::written. Rows written there are unspecified in the returned tensor.
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs, const std::vector<bool>& wanted,
                                   const std::vector<RowSink>& sinks) const = 0;
+
+  // One input of a batch whose pieces (the requests' tensors of that input, in order) are not all in host
+  // memory: their rows appended along dim 0 in device memory (Tensor::device set), or, where the model runs
+  // on the host, in host memory. Throws ServeError(500) when the copies fail. The default serves models that
+  // never see device memory.
+  virtual Tensor join_rows(const std::vector<const Tensor*>& pieces) const {
+    (void)pieces;
+    throw ServeError(500, "this model cannot take inputs in device memory");
+  }
 };
 
 }  // namespace aotc::server

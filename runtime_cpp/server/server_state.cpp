@@ -32,8 +32,24 @@ ServerState::ServerState(const ServerOptions& options, Repository& repo, ServerI
       api_key_(options.api_key),
       strict_readiness_(options.strict_readiness),
       shm_(options.allow_shared_memory, pin_host_memory),
-      cuda_shm_(options.allow_shared_memory, cuda_ipc_opener()) {
+      cuda_shm_(options.allow_shared_memory, cuda_ipc_opener(), copy_memory) {
   if (cuda_shm_.available()) info_.extensions.push_back("cuda_shared_memory");
+}
+
+void ServerState::add_shm(const SharedMemoryRegion& region) {
+  std::lock_guard<std::mutex> lk(add_mu_);
+  if (cuda_shm_.has(region.name))
+    throw bad_request("shared memory region '" + region.name + "': a CUDA shared memory region has that name; "
+                      "system and CUDA regions share one namespace, unregister it first or pick another name");
+  shm_.add(region);
+}
+
+void ServerState::add_cuda_shm(const CudaSharedMemoryRegion& region) {
+  std::lock_guard<std::mutex> lk(add_mu_);
+  if (shm_.has(region.name))
+    throw bad_request("CUDA shared memory region '" + region.name + "': a system shared memory region has that "
+                      "name; system and CUDA regions share one namespace, unregister it first or pick another name");
+  cuda_shm_.add(region);
 }
 
 bool ServerState::ready() const { return loaded_ && (!strict_readiness_ || repo_.not_ready().empty()); }

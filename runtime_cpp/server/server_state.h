@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,10 @@ class ServerState {
 
   SharedMemoryRegistry& shm() { return shm_; }
   CudaSharedMemoryRegistry& cuda_shm() { return cuda_shm_; }
+  // Registers a system / CUDA shared memory region: as the registry's add(), and 400 when the other kind has
+  // a region of that name (as in Triton, the two kinds share one namespace of names).
+  void add_shm(const SharedMemoryRegion& region);
+  void add_cuda_shm(const CudaSharedMemoryRegion& region);
 
  private:
   Repository& repo_;
@@ -44,6 +49,7 @@ class ServerState {
   std::atomic<bool> loaded_{false};
   SharedMemoryRegistry shm_;
   CudaSharedMemoryRegistry cuda_shm_;
+  std::mutex add_mu_;  // a name checked against the other kind stays free until it is added
 };
 
 }  // namespace aotc::server

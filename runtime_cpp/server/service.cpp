@@ -145,10 +145,12 @@ int64_t pad_to_bucket(const SeqInfo& seq, std::vector<Tensor>& inputs) {
   return length;
 }
 
-Pending prepare(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
+Pending prepare(Scheduler& sched, InferRequest request, const SharedMemory& shm) {
   const ModelInfo& info = sched.info();
   Pending p;
-  shm.resolve(request, info.pin_host_io);
+  // A CUDA region's inputs stay on the device for a CUDA package, unless they are padded to a bucket here
+  shm.cuda.resolve(request, info.device == "cuda" && !info.seq);
+  shm.system.resolve(request, info.pin_host_io);
   try {
     p.inputs = validate(info, request.inputs);
     if (info.seq) p.length = pad_to_bucket(*info.seq, p.inputs);
@@ -178,12 +180,12 @@ Pending prepare(Scheduler& sched, InferRequest request, const SharedMemoryRegist
   // (A per-token output of a bucketed model is cut first, then copied there.)
   for (const auto& w : p.wanted)
     if (w.shm && w.shm->data && !(info.seq && info.seq->output_axes[w.index] >= 0))
-      p.sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false});
+      p.sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false, w.shm->device});
   p.request = std::move(request);
   return p;
 }
 
-InferResponse complete(const ModelInfo& info, Pending& p, std::vector<Tensor> outs, const SharedMemoryRegistry& shm) {
+InferResponse complete(const ModelInfo& info, Pending& p, std::vector<Tensor> outs, const SharedMemory& shm) {
   InferResponse r;
   r.model_name = info.name;
   r.model_version = info.version;
@@ -201,7 +203,10 @@ InferResponse complete(const ModelInfo& info, Pending& p, std::vector<Tensor> ou
         throw bad_request("output '" + o.tensor.name + "' " + shape_str(o.tensor.shape) + " is " + std::to_string(n) +
                           " bytes, shared_memory_byte_size gives it " + std::to_string(out_shm->byte_size) +
                           " in region '" + out_shm->region + "'");
-      if (o.tensor.bytes.data() != out_shm->data.get()) std::memcpy(out_shm->data.get(), o.tensor.bytes.data(), n);
+      if (o.tensor.bytes.data() != out_shm->data.get()) {  // the model call did not write it there
+        if (out_shm->device >= 0) shm.cuda.write(*out_shm, o.tensor.bytes.data(), n);
+        else std::memcpy(out_shm->data.get(), o.tensor.bytes.data(), n);
+      }
       o.shm = std::move(out_shm);
       r.outputs.push_back(std::move(o));
       continue;
@@ -210,30 +215,30 @@ InferResponse complete(const ModelInfo& info, Pending& p, std::vector<Tensor> ou
     o.binary = binary || o.tensor.type == WireType::FP16 || o.tensor.type == WireType::BF16;
     r.outputs.push_back(std::move(o));
   }
-  shm.verify(p.request);  // a region whose object shrank during the call: what it read or wrote there is lost
+  shm.system.verify(p.request);  // a region whose object shrank during the call: what it read or wrote there is lost
   return r;
 }
 
 }  // namespace
 
-InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm) {
+InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemory& shm) {
   Pending p = prepare(sched, std::move(request), shm);
   std::vector<Tensor> outs = sched.infer(std::move(p.inputs), p.request.timeout_us, std::move(p.keep), std::move(p.sinks));
   return complete(sched.info(), p, std::move(outs), shm);
 }
 
-std::shared_ptr<Scheduler::Job> submit(Scheduler& sched, InferRequest request, const SharedMemoryRegistry& shm,
+std::shared_ptr<Scheduler::Job> submit(Scheduler& sched, InferRequest request, const SharedMemory& shm,
                                        Answered done) {
   auto p = std::make_shared<Pending>(prepare(sched, std::move(request), shm));
   std::vector<Tensor> inputs = std::move(p->inputs);
   const ModelInfo* info = &sched.info();
-  const SharedMemoryRegistry* registry = &shm;
+  const SharedMemory registry = shm;
   return sched.submit(std::move(inputs), std::move(p->keep), std::move(p->sinks),
                       [p, info, registry, done = std::move(done)](Scheduler::Outcome o) {
                         if (o.error) return done({}, std::move(o.error));
                         InferResponse r;
                         try {
-                          r = complete(*info, *p, std::move(o.outputs), *registry);
+                          r = complete(*info, *p, std::move(o.outputs), registry);
                         } catch (const ServeError& e) {
                           return done({}, e);
                         } catch (const std::exception& e) {

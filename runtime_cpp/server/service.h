@@ -12,16 +12,25 @@
 
 #include "repository.h"
 #include "scheduler.h"
+#include "cuda_shared_memory.h"
 #include "shared_memory.h"
 #include "types.h"
 
 namespace aotc::server::service {
 
-// Resolves the request's shared memory (page-locked when the model's info says pin_host_io), validates it
+// The registries a request's shared memory references resolve in: a CUDA region's name first, then a
+// system region's.
+struct SharedMemory {
+  const SharedMemoryRegistry& system;
+  const CudaSharedMemoryRegistry& cuda;
+};
+
+// Resolves the request's shared memory (page-locked when the model's info says pin_host_io; a CUDA region's
+// inputs stay on the device for a CUDA package, as CudaSharedMemoryRegistry::resolve says), validates it
 // once against the manifest (names, duplicates, datatypes, ranks, each dim against its range, a shared batch
 // dim), then queues it on `scheduler`, the one the route looked up. Throws ServeError (400/403/503/500) with
 // one line.
-InferResponse infer(Scheduler& scheduler, InferRequest request, const SharedMemoryRegistry& shm);
+InferResponse infer(Scheduler& scheduler, InferRequest request, const SharedMemory& shm);
 
 // The answer to a submitted request: the response, or the error it gets.
 using Answered = std::function<void(InferResponse, std::optional<ServeError>)>;
@@ -30,7 +39,7 @@ using Answered = std::function<void(InferResponse, std::optional<ServeError>)>;
 // model (maybe this one). The caller keeps `scheduler` and `shm` alive until then, and drops the scheduler on
 // a thread of its own, never inside `done` (a runner cannot join itself). The request's timeout is the
 // caller's: Scheduler::cancel the returned job when it passes.
-std::shared_ptr<Scheduler::Job> submit(Scheduler& scheduler, InferRequest request, const SharedMemoryRegistry& shm,
+std::shared_ptr<Scheduler::Job> submit(Scheduler& scheduler, InferRequest request, const SharedMemory& shm,
                                        Answered done);
 
 // `Inference-Header-Content-Length: 0`: the whole body is the bytes of the model's single input; its one

@@ -144,11 +144,14 @@ std::shared_ptr<char> SharedMemoryRegistry::locate(SharedMemoryRef& ref, const s
 }
 
 void SharedMemoryRegistry::resolve(InferRequest& request, bool pin) const {
-  if (request.input_shm.empty() && std::none_of(request.outputs.begin(), request.outputs.end(),
-                                                [](const RequestedOutput& o) { return o.shm.has_value(); }))
+  // references the CUDA registry resolved already have their data
+  if (std::all_of(request.input_shm.begin(), request.input_shm.end(), [](const auto& r) { return r.second.data; }) &&
+      std::none_of(request.outputs.begin(), request.outputs.end(),
+                   [](const RequestedOutput& o) { return o.shm && !o.shm->data; }))
     return;
   check_enabled();
   for (auto& [index, ref] : request.input_shm) {
+    if (ref.data) continue;
     Tensor& t = request.inputs.at(index);
     ref.data = locate(ref, "input '" + t.name + "'", pin);
     // A view of the region where the bytes are aligned like a heap allocation; a copy where the client's
@@ -159,7 +162,12 @@ void SharedMemoryRegistry::resolve(InferRequest& request, bool pin) const {
     else t.bytes = Bytes(std::string(p, n));
   }
   for (auto& o : request.outputs)
-    if (o.shm) o.shm->data = locate(*o.shm, "output '" + o.name + "'", pin);
+    if (o.shm && !o.shm->data) o.shm->data = locate(*o.shm, "output '" + o.name + "'", pin);
+}
+
+bool SharedMemoryRegistry::has(const std::string& name) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return regions_.count(name) != 0;
 }
 
 void SharedMemoryRegistry::verify(const InferRequest& request) const {

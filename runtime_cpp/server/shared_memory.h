@@ -45,8 +45,10 @@ class SharedMemoryRegistry {
   // The registered regions, or the one named (404 when unknown).
   std::vector<SharedMemoryRegion> status(const std::string& name) const;
 
-  // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) at its
-  // region; with `pin` (the model's ModelInfo::pin_host_io) the regions are page-locked first, once per region (a region
+  bool has(const std::string& name) const;
+
+  // Points every shared-memory input of `request` (its bytes) and output (its SharedMemoryRef::data) that
+  // is not resolved yet (CudaSharedMemoryRegistry::resolve takes the CUDA regions' first) at its region; with `pin` (the model's ModelInfo::pin_host_io) the regions are page-locked first, once per region (a region
   // the driver refuses to lock stays usable through a copy, and says so on stderr once).
   // ServeError 400 for an unknown region, a range past its end, or an object shrunk below it; 403 when the
   // extension is off.

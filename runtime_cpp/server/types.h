@@ -84,6 +84,7 @@ struct Tensor {
   WireType type = WireType::FP32;
   std::vector<int64_t> shape;
   Bytes bytes;
+  int device = -1;  // >= 0: `bytes` are device memory of that GPU (CUDA shared memory), never read on the host
 };
 
 struct TensorInfo {
@@ -179,6 +180,7 @@ struct SharedMemoryRef {
   uint64_t byte_size = 0;
   std::shared_ptr<char> data;
   std::weak_ptr<const void> mapping;
+  int device = -1;  // a CUDA shared memory region's GPU: `data` is device memory there
 };
 
 // Triton's shared-memory parameters of one tensor as both transports give them (`region` null when absent;
@@ -205,6 +207,7 @@ struct OutputSink {
   std::shared_ptr<char> data;  // keeps the region mapped
   size_t capacity = 0;
   bool written = false;
+  int device = -1;             // a CUDA region's GPU: `data` is device memory there
 };
 
 struct RequestedOutput {

@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "sinks.h"
 
@@ -48,6 +49,20 @@ std::shared_ptr<void> open_cuda_ipc_handle(const std::string& handle, int device
     c10::cuda::CUDAGuard g(static_cast<c10::DeviceIndex>(device));
     cudaIpcCloseMemHandle(q);
   });
+}
+
+void copy_memory(void* dst, const void* src, size_t bytes, int device) {
+  if (bytes == 0) return;
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    // A stream of its own, so that the copy neither waits for nor delays the runners' work.
+    c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, static_cast<c10::DeviceIndex>(device));
+    C10_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream.stream()));
+    stream.synchronize();
+  } catch (const c10::Error& e) {
+    throw Error(Error::Kind::Internal, "a copy of " + std::to_string(bytes) + " bytes to or from GPU " +
+                                           std::to_string(device) + " failed: " + e.msg().substr(0, e.msg().find('\n')));
+  }
 }
 
 }  // namespace aotc
@@ -113,8 +128,9 @@ bool copy_to_sinks(const at::Tensor& src, size_t index, bool batched, std::vecto
     if (s.output != index) continue;
     auto r = sink_range(src, batched, s);
     if (!r) continue;
+    // cudaMemcpyDefault: into host memory or, for a device sink, device to device
     C10_CUDA_CHECK(cudaMemcpyAsync(s.data, static_cast<const char*>(src.data_ptr()) + r->offset, r->size,
-                                   cudaMemcpyDeviceToHost, stream));
+                                   cudaMemcpyDefault, stream));
     s.written = true;  // once the caller's synchronization of `stream` has returned
     written.push_back(*r);
   }

@@ -222,7 +222,6 @@ std::vector<at::Tensor> CudaExecutor::run(const std::vector<at::Tensor>& inputs,
   } release_on_exit{this, &runner};
   c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_index_));
   c10::cuda::CUDAStreamGuard stream_guard(runner.stream);
-  if (sinks && on_device(inputs)) sinks = nullptr;  // device outputs stay on the device
   return graphs_ ? run_graph(runner, inputs, wanted, sinks, entered) : run_eager(runner, inputs, wanted, sinks);
 }
 
@@ -277,8 +276,11 @@ std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vecto
       outs[i] = at::Tensor();
       continue;
     }
-    if (device_io) continue;
     if (!outs[i].is_contiguous()) outs[i] = outs[i].contiguous();
+    if (device_io) {  // the output stays on the device; rows in sinks are copied there too
+      copy_to_sinks(outs[i], i, batched, sinks, runner.stream.stream());
+      continue;
+    }
     // Every row in a sink: a host tensor of the right shape that nobody reads, and no second copy.
     if (copy_to_sinks(outs[i], i, batched, sinks, runner.stream.stream()))
       outs[i] = at::empty(outs[i].sizes(), outs[i].options().device(at::kCPU));
@@ -364,12 +366,13 @@ std::vector<at::Tensor> CudaExecutor::run_graph(Runner& runner, const std::vecto
       continue;
     }
     at::Tensor src = batched ? o.narrow(0, 0, n) : o;
-    // The static outputs are overwritten by the next replay: hand out copies.
+    if (!src.is_contiguous()) src = src.contiguous();
+    // The static outputs are overwritten by the next replay: hand out copies (device inputs: on the device,
+    // and none when every row went to a sink).
     if (device_io) {
-      outs.push_back(src.clone());
+      outs.push_back(copy_to_sinks(src, i, batched, sinks, stream) ? at::empty(src.sizes(), src.options()) : src.clone());
       continue;
     }
-    if (!src.is_contiguous()) src = src.contiguous();
     at::Tensor host = output_pool_->take(src.sizes(), src.scalar_type(), o.nbytes());
     // Rows the caller's sinks take go there straight from the device (a page-locked shared memory region:
     // one DMA, no staging); the pool buffer then gets the output only when some row is in no sink.

@@ -68,9 +68,9 @@ class CudaExecutor {
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
   // Runs validated, contiguous inputs (all on the host, or all on this executor's device). Outputs `wanted`
-  // does not mark (by index; empty: all) are not copied out and come back undefined. With host inputs, the
-  // rows `sinks` name are copied from the device straight into them (OutputSink); an output whose rows all
-  // went to sinks is not copied to the returned tensor too. Device inputs leave sinks unwritten.
+  // does not mark (by index; empty: all) are not copied out and come back undefined. The rows `sinks` name
+  // are copied from the device straight into them (OutputSink: host or device memory); an output whose rows
+  // all went to sinks is not copied to the returned tensor too (device inputs: it comes back unfilled).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const std::vector<bool>& wanted = {},
                               std::vector<OutputSink>* sinks = nullptr);
 

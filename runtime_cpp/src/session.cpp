@@ -287,6 +287,9 @@ std::shared_ptr<void> pin_host_memory(void*, size_t) { return nullptr; }  // no 
 std::shared_ptr<void> open_cuda_ipc_handle(const std::string&, int) {
   throw Error(Error::Kind::InvalidInput, "this build of aotc has no CUDA");
 }
+void copy_memory(void*, const void*, size_t, int) {
+  throw Error(Error::Kind::InvalidInput, "this build of aotc has no CUDA");
+}
 #endif
 
 std::vector<int64_t> Session::cuda_graph_buckets() const {

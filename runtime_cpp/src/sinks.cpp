@@ -39,7 +39,8 @@ bool covers_all(std::vector<SinkRange> written, int64_t rows) {
 
 void write_host_sinks(const std::vector<at::Tensor>& outputs, bool batched, std::vector<OutputSink>& sinks) {
   for (auto& s : sinks) {
-    if (s.output >= outputs.size() || !outputs[s.output].defined() || !outputs[s.output].is_cpu()) continue;
+    if (s.device >= 0 || s.output >= outputs.size() || !outputs[s.output].defined() || !outputs[s.output].is_cpu())
+      continue;
     const at::Tensor out = outputs[s.output].is_contiguous() ? outputs[s.output] : outputs[s.output].contiguous();
     if (auto r = sink_range(out, batched, s)) {
       std::memcpy(s.data, static_cast<const char*>(out.data_ptr()) + r->offset, r->size);

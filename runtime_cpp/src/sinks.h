@@ -29,8 +29,8 @@ std::optional<SinkRange> sink_range(const at::Tensor& output, bool batched, cons
 // Whether the rows of `written` ranges together cover every one of `rows` rows.
 bool covers_all(std::vector<SinkRange> written, int64_t rows);
 
-// Writes the sinks of outputs that are on the host (a CPU package's): one memcpy per sink; marks them
-// written. Sinks of undefined (not wanted) or device outputs are left unwritten.
+// Writes the host sinks of outputs that are on the host (a CPU package's): one memcpy per sink; marks them
+// written. Device sinks, and sinks of undefined (not wanted) or device outputs, are left unwritten.
 void write_host_sinks(const std::vector<at::Tensor>& outputs, bool batched, std::vector<OutputSink>& sinks);
 
 }  // namespace aotc

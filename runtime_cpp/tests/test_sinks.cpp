@@ -70,4 +70,14 @@ TEST(Sinks, HostWriteCopiesEachRequestsRowsAndSkipsTheRest) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(whole[i], i);
 }
 
+TEST(Sinks, HostWriteLeavesDeviceSinksToTheCaller) {
+  at::Tensor a = at::arange(4, at::kInt).reshape({1, 4});
+  int32_t region[4] = {-1, -1, -1, -1};  // stands for a CUDA region: never written by memcpy
+  std::vector<aotc::OutputSink> sinks = {sink(0, 0, -1, region, sizeof region)};
+  sinks[0].device = 0;
+  aotc::write_host_sinks({a}, true, sinks);
+  EXPECT_FALSE(sinks[0].written);
+  EXPECT_EQ(region[0], -1);
+}
+
 }  // namespace

@@ -101,17 +101,19 @@ struct Manifest {
 // Parses a manifest JSON string. Throws Error(PackageRefused) naming the field that is missing or wrong.
 Manifest parse_manifest(const std::string& json);
 
-// Host memory the caller owns into which Session::run writes rows [row, row + rows) of output `output`
-// (dim 0; an output of a package without a batch dim: row 0, rows -1, the whole tensor), e.g. a shared
-// memory region a client reads its answer from. Written only when those bytes fit `capacity`; run() sets
-// `written`. `data` must stay valid for the call. Page-locked memory (pin_host_memory) lets a CUDA session
-// copy into it by DMA.
+// Memory the caller owns into which Session::run writes rows [row, row + rows) of output `output` (dim 0;
+// an output of a package without a batch dim: row 0, rows -1, the whole tensor), e.g. a shared memory region
+// a client reads its answer from. Written only when those bytes fit `capacity`; run() sets `written`. `data`
+// must stay valid for the call. Host memory (`device` -1): page-locked memory (pin_host_memory) lets a CUDA
+// session copy into it by DMA. Device memory (`device` >= 0, e.g. a client's CUDA IPC region): a CUDA session
+// copies into it on the device; a CPU session leaves it unwritten (copy_memory it).
 struct OutputSink {
   size_t output = 0;      // manifest index
   int64_t row = 0;
   int64_t rows = -1;      // -1: every row from `row` on
   void* data = nullptr;
   size_t capacity = 0;    // bytes at data
+  int device = -1;        // the GPU whose memory `data` is; -1: host memory
   bool written = false;   // set by run(): the rows are at data
 };
 
@@ -126,6 +128,11 @@ std::shared_ptr<void> pin_host_memory(void* data, size_t bytes);
 // pointer, closed (cudaIpcCloseMemHandle) when the last copy of the returned handle goes. Throws
 // Error(InvalidInput) with CUDA's reason when the driver refuses, and when this build has no CUDA.
 std::shared_ptr<void> open_cuda_ipc_handle(const std::string& handle, int device);
+
+// Copies `bytes` from `src` to `dst`, either of them host memory or device memory of GPU `device` (the
+// direction comes from the pointers), on a stream of that GPU, and returns once the copy is done. Throws
+// Error(Internal) with CUDA's reason, Error(InvalidInput) when this build has no CUDA.
+void copy_memory(void* dst, const void* src, size_t bytes, int device);
 
 struct SessionOptions {
   size_t num_runners = 1;      // how many run() calls may execute in the model at once

@@ -212,15 +212,56 @@ TEST(Batch, ConcatenatesAlongDimZeroInArrivalOrder) {
   b.inputs = {input({3, 4, 5, 6}, 2)};
   a.rows = 1;
   b.rows = 2;
-  std::vector<Tensor> in = concatenate({&a, &b});
+  FakeModel model;
+  std::vector<Tensor> in = concatenate({&a, &b}, model);
   ASSERT_EQ(in.size(), 1u);
   EXPECT_EQ(in[0].shape, (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(floats(in[0].bytes), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(total_rows({&a, &b}), 3);
 
   const char* data = a.inputs[0].bytes.data();
-  in = concatenate({&a});  // alone: its own inputs, not a copy
+  in = concatenate({&a}, model);  // alone: its own inputs, not a copy
   EXPECT_EQ(in[0].bytes.data(), data);
+}
+
+// A model that joins device pieces by recording them (the host bytes stand in for device memory).
+class JoiningModel : public FakeModel {
+ public:
+  Tensor join_rows(const std::vector<const Tensor*>& pieces) const override {
+    joined.clear();
+    Tensor t = *pieces.at(0);
+    std::string bytes;
+    for (const Tensor* p : pieces) {
+      joined.push_back(p->device);
+      bytes.append(p->bytes.data(), p->bytes.size());
+    }
+    t.shape[0] = 3;
+    t.bytes = Bytes(std::move(bytes));
+    t.device = 5;
+    return t;
+  }
+  mutable std::vector<int> joined;
+};
+
+TEST(Batch, AnInputInDeviceMemoryIsJoinedByTheModel) {
+  BatchRequest a, b;
+  a.inputs = {input({1, 2}, 1)};
+  b.inputs = {input({3, 4, 5, 6}, 2)};
+  b.inputs[0].device = 0;  // in a CUDA region
+  a.rows = 1;
+  b.rows = 2;
+  JoiningModel model;
+  std::vector<Tensor> in = concatenate({&a, &b}, model);
+  EXPECT_EQ(model.joined, (std::vector<int>{-1, 0}));
+  EXPECT_EQ(in[0].device, 5);
+  EXPECT_EQ(floats(in[0].bytes), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  FakeModel plain;  // a model that never sees device memory refuses, and nothing crashes
+  try {
+    concatenate({&a, &b}, plain);
+    FAIL() << "expected a ServeError";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.status(), 500);
+  }
 }
 
 TEST(Batch, WantedUnion) {
