@@ -24,8 +24,15 @@ def test_tune_writes_the_table_the_plot_and_a_winner_that_serves(tmp_path):
     md = (out / "tune.md").read_text()
     assert "| configuration | round | c=2 req/s |" in md and "p99 < 50 ms" in md and "- winner: " in md
     assert re.search(r"the winner has [0-9.]+x its throughput", md), md
+    # the entry served as a user serves it, measured as the search measured
+    assert re.search(r"`aotc serve \S+ ?.*` served [0-9.]+ req/s, p99 [0-9.]+ ms: [0-9.]+x the throughput measured",
+                     md), md
+    assert "serving the entry as `aotc serve" in r.stdout
     info = json.loads((out / "tune.json").read_text())
     assert info["winner"] and len(info["candidates"]) > 5
+    served = info["served"]
+    assert served["command"].startswith(f"aotc serve {out}") and set(served["per_concurrency"]) == {"2", "4"}
+    assert all(v["req_per_s"] > 0 and v["errors"] == 0 for v in served["per_concurrency"].values()), served
     assert all(c["per_concurrency"]["2"]["req_per_s"] > 0 for c in info["candidates"])
     svg = (out / "tune_pareto.svg").read_text()
     assert svg.startswith("<svg") and "budget 50 ms" in svg and svg.count("<circle") == len(info["candidates"])

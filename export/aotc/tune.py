@@ -23,12 +23,13 @@ import json
 import math
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
 
 from aotc.errors import AotcError
-from aotc.tune_report import score, write_outputs
+from aotc.tune_report import add_served, score, write_outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +141,6 @@ class _Server:
 
     def __init__(self, root: str, entries: dict[str, tuple[str, dict | None]], flags: list[str]):
         from aotc.serve import installed_binary
-        import socket
 
         for name, (pkg, config) in entries.items():
             os.makedirs(os.path.join(root, name, "1"))
@@ -148,40 +148,55 @@ class _Server:
             if config is not None:
                 with open(os.path.join(root, name, "config.json"), "w") as f:
                     json.dump(config, f)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = _free_port()
         self.log = open(os.path.join(root, "server.log"), "w")
         self.proc = subprocess.Popen([installed_binary("aotc-server"), "--model-repository", root, "--http-port",
                                       str(self.port), "--grpc-port", "-1", *flags], stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        self._wait_ready(root)
-
-    def _wait_ready(self, root: str) -> None:
-        import http.client
-
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AotcError(f"aotc-server exited {self.proc.returncode} while loading the candidates; its log: "
-                                f"{os.path.join(root, 'server.log')}")
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-                c.request("GET", "/v2/health/ready")
-                if c.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AotcError("aotc-server did not become ready within 600 s")
+        try:
+            _wait_ready(self.proc, self.port, "loading the candidates", os.path.join(root, "server.log"))
+        except AotcError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        _stop(self.proc)
         self.log.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(proc: subprocess.Popen, port: int, doing: str, log_path: str) -> None:
+    """Returns once the server on `port` answers ready; AotcError when `proc` exits first or 600 s pass."""
+    import http.client
+
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AotcError(f"aotc-server exited {proc.returncode} while {doing}; its log: {log_path}")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/v2/health/ready")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AotcError(f"aotc-server did not become ready within 600 s while {doing}; its log: {log_path}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def load(port: int, model: str, body: str, headers: dict, concurrency: int, seconds: float) -> dict:
@@ -269,7 +284,35 @@ def _search(o: TuneOptions, pkgs: dict, dropped: dict, tmp: str, say, start: flo
         alive = ranked[:keep] + ([Candidate("default")] if Candidate("default") in cands and
                                  Candidate("default") not in ranked[:keep] else [])
         seconds *= 2
-    return write_outputs(o, cands, results, dropped, pkgs, say, time.monotonic() - start)
+    rc = write_outputs(o, cands, results, dropped, pkgs, say, time.monotonic() - start)
+    if rc == 0:
+        check_served(o, bodies, tmp, say)
+    return rc
+
+
+def check_served(o: TuneOptions, bodies: dict, tmp: str, say) -> None:
+    """Serves the written entry as a user would (`aotc serve OUT FLAGS`, a process of its own), loads it as the
+    search did, for as long as the winner's last round, and adds what it served beside what was measured to
+    tune.md and tune.json ("served")."""
+    out = os.path.abspath(o.out)
+    with open(os.path.join(out, "tune.json")) as f:
+        info = json.load(f)
+    winner = next(c for c in info["candidates"] if c["label"] == info["winner"])
+    name = next(d for d in sorted(os.listdir(out)) if os.path.isfile(os.path.join(out, d, "1", "model.pt2")))
+    port = _free_port()
+    log_path = os.path.join(tmp, "served.log")
+    argv = [sys.executable, "-c", "import sys; from aotc.cli import main; sys.exit(main())", "serve", out,
+            *winner["server_flags"], "--http-port", str(port), "--grpc-port", "-1"]
+    say(f"serving the entry as `aotc serve {o.out}` for {winner['seconds']:g} s at each concurrency")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_ready(proc, port, "serving the winner's entry", log_path)
+            body, headers = bodies[winner["variant"]]
+            per = {str(n): load(port, name, body, headers, n, winner["seconds"]) for n in o.concurrency}
+        finally:
+            _stop(proc)
+    add_served(o, " ".join(["aotc serve", o.out, *winner["server_flags"]]), winner, per, say)
 
 
 def _measure_round(alive, pkgs, bodies, o, seconds, tmp, rnd, results, say, start) -> None:

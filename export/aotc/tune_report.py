@@ -138,3 +138,31 @@ def write_outputs(o, cands, results: dict, dropped: dict, pkgs: dict, say, elaps
         f.write(pareto_svg(points, o.p99_ms, best.label if ok else None, default[0].label if default else None))
     say(f"wrote {os.path.join(o.out, 'tune.md')}, tune.json, tune_pareto.svg" + (f", {name}/ (the winner)" if ok else ""))
     return 0 if ok else 1
+
+
+def add_served(o, command: str, winner: dict, per: dict, say, tolerance: float = 0.15) -> None:
+    """Adds what `command` (aotc serve of the written entry) served, `per` concurrency, beside the winner's
+    measured numbers to tune.md and tune.json ("served"): reproduced when its throughput is within `tolerance`
+    of the measured one at every concurrency."""
+    served = {"per_concurrency": per}
+    tput, p99 = summary(served)
+    measured = summary(winner)[0]
+    ratio = tput / measured if measured else 0.0
+    reproduced = all(abs(per[n]["req_per_s"] / winner["per_concurrency"][n]["req_per_s"] - 1) <= tolerance
+                     if winner["per_concurrency"][n]["req_per_s"] else False for n in per)
+    line = (f"`{command}` served {tput:.1f} req/s, p99 {p99:.2f} ms: {ratio:.2f}x the throughput measured in the "
+            f"search ({'reproduced' if reproduced else 'NOT reproduced'} within {tolerance:.0%} at every "
+            f"concurrency)")
+    say(line)
+    md = os.path.join(o.out, "tune.md")
+    with open(md) as f:
+        text = f.read()
+    head, sep, rest = text.partition("\n\n| configuration")  # the table comes last: the line goes before it
+    with open(md, "w") as f:
+        f.write(head + f"\n- {line}" + sep + rest)
+    path = os.path.join(o.out, "tune.json")
+    with open(path) as f:
+        info = json.load(f)
+    info["served"] = {"command": command, "per_concurrency": per, "ratio": ratio, "reproduced": reproduced}
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1, default=lambda v: None)
