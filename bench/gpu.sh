@@ -6,7 +6,7 @@
 # CPU development machine (it has no CUDA).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench"
+ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench pa tune"
 
 usage() {
   cat <<'EOF'
@@ -38,6 +38,11 @@ The others run in the order given:
   warmup    bench/warmup.py: BERT's first 200 answers after a hot reload, warm-up on and off    warmup.md
   seqbench  bench/seq_buckets.py: BERT-base fp16, lengths 8..128 at concurrency 32: sequence buckets
             32,64,128 against one padded shape and a dynamic sequence dim        seq_buckets.{log,md}
+  tune      bench/tune_targets.py: aotc tune of BERT-base fp16 at concurrency 32, budget 2x the unbatched
+            p50, variants default and no-static-batches, against the default configuration          tune.md
+  pa        bench/perf_analyzer.py (Triton's perf_analyzer, carried in .gpu/) on BERT at concurrency 1, HTTP
+            and gRPC: batch 8 with inputs and outputs in the body, in system and in CUDA shared memory;
+            batch 1 against the call in the process (aotc-run)                    pa_b8.md, pa_b1.md, pa.log
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -59,6 +64,7 @@ Options (--opt VALUE or --opt=VALUE; defaults in brackets):
                            bench/server_phases.py --configs names ["default runner,default,unbatched"]
   --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
   --cuda-timing N          AOTC_CUDA_TIMING of the probe stage: phase means every N replayed calls [1000]
+  --tune-min M             the tune stage's aotc tune --budget-min [3]
   -h, --help               this text
 
 Environment: OUT, where the results go. The script sets AOTC_SERVER_BIN and AOTC_CUDA_PACKAGES for the tests.
@@ -70,11 +76,11 @@ wholes() { [[ $2 =~ ^[0-9]+( [0-9]+)*$ ]] || die "$1 takes whole numbers separat
 
 BUDGET=580 TEST_TIMEOUT_S=340 TEST_ARGS=tests TEST_GPU="" EXPORT_FLAGS="" EXTRA_EXPORTS=() BENCH_ARGS=""
 EB_ARGS="" EB_TIMEOUT_S=420 EB_GPU="" TUNED_GPU=1 MULTI_INSTANCES=2 MULTI_SECONDS=8
-PROBE_BATCHES=1 PROBE_CONFIGS="default runner,default,unbatched" PROBE_BUSY_POLL_US="" CUDA_TIMING=1000
+PROBE_BATCHES=1 PROBE_CONFIGS="default runner,default,unbatched" PROBE_BUSY_POLL_US="" CUDA_TIMING=1000 TUNE_MIN=3
 STAGES=""
 OPTIONS=" --budget-s --test-timeout-s --test-args --test-gpu --export-flags --extra-export --bench-args --eb-args \
 --eb-timeout-s --eb-gpu --tuned-gpu --multi-instances --multi-seconds --probe-batches --probe-configs \
---probe-busy-poll-us --cuda-timing "
+--probe-busy-poll-us --cuda-timing --tune-min "
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -105,6 +111,7 @@ while [ $# -gt 0 ]; do
     --probe-configs) PROBE_CONFIGS=$val ;;
     --probe-busy-poll-us) whole "$opt" "$val"; PROBE_BUSY_POLL_US=$val ;;
     --cuda-timing) whole "$opt" "$val"; CUDA_TIMING=$val ;;
+    --tune-min) [[ $val =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--tune-min takes minutes, got '$val'"; TUNE_MIN=$val ;;
   esac
 done
 STAGES=${STAGES:-" deps build export test"}
@@ -127,6 +134,9 @@ export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/aotc-inductor-cache
 # bench/ for bench/launch.py, which the tests share (pytest's pythonpath setting names it too)
 export PYTHONPATH=$SITE:$ROOT/export:$ROOT/python_client:$ROOT/bench${PYTHONPATH:+:$PYTHONPATH}
 export LD_LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# the carried gRPC and protobuf: .pc files and libraries for the build (their .pc files say prefix=/usr)
+export PKG_CONFIG_PATH=$DEPS/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export LIBRARY_PATH=$DEPS/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}
 export PATH=$BIN:$DEPS/usr/bin:$PATH
 export AOTC_CUDA_PACKAGES=$PKGS
 export AOTC_SERVER_BIN=$BIN/aotc-server   # for the tests (bench/launch.py); the build links it there
@@ -169,7 +179,22 @@ deps() {
     if [ -n "$real" ]; then ln -sf "$real" "$lib"; else echo "warning: $lib: no $soname on this machine"; fi
   done
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
-  "$PY" -c "import fastapi, uvicorn, tritonclient.http, gevent; print('wheels import: ok')"
+  "$PY" -c "import fastapi, uvicorn, tritonclient.http, gevent; print('wheels import: ok')" || return 1
+  "$PY" -c "import tritonclient.grpc; print('tritonclient.grpc: ok')" || echo "warning: tritonclient.grpc does not import"
+  "$PY" -c "import tritonclient.utils.cuda_shared_memory as c; print('cuda-python: ok')" \
+    || echo "warning: tritonclient.utils.cuda_shared_memory does not import (cuda-python): its tests skip"
+  # perf_analyzer (.gpu/perf_analyzer.xz, from the perf-analyzer wheel): it dlopens libcudart.so for
+  # --shared-memory cuda, which torch's wheel ships under another name only
+  if [ -f .gpu/perf_analyzer.xz ]; then
+    xz -dc .gpu/perf_analyzer.xz >"$BIN/perf_analyzer.bin" && chmod +x "$BIN/perf_analyzer.bin" || return 1
+    local cudart
+    cudart=$(find "$("$PY" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')/nvidia" \
+      -name 'libcudart.so*' 2>/dev/null | head -1)
+    mkdir -p "$DEPS/cudart" && [ -n "$cudart" ] && ln -sf "$cudart" "$DEPS/cudart/libcudart.so"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
+      "$DEPS/cudart" "$BIN/perf_analyzer.bin" >"$BIN/perf_analyzer" && chmod +x "$BIN/perf_analyzer"
+    "$BIN/perf_analyzer" --version 2>&1 | head -1; echo "libcudart for perf_analyzer: ${cudart:-none found}"
+  fi
 }
 
 # ---- build: aotc_runtime, aotc-run, aotc-server, aotc._runtime in build/gpu -----------------------------------
@@ -451,8 +476,21 @@ memory() {
   done
   "$PY" bench/gpu_memory.py $args --out "$OUT/memory.md"
 }
+# pa: Triton's perf_analyzer against aotc-server on BERT, HTTP and gRPC, concurrency 1 (bench/perf_analyzer.py)
+pa() {
+  local common="--package bert_base=$PKGS/bert_base.pt2 --perf-analyzer $BIN/perf_analyzer --server-flags= \
+    --concurrency 1 --input-data zero --requests 500 --in-process"
+  "$PY" bench/perf_analyzer.py $common --batch 8 --shm none,system,cuda --budget-s 150 --out "$OUT/pa_b8.md"
+  local rc=$?
+  "$PY" bench/perf_analyzer.py $common --batch 1 --shm none --budget-s 80 --out "$OUT/pa_b1.md" || rc=$?
+  return $rc
+}
 for s in $STAGES; do
   case $s in
+    pa) wait_eb; stage pa "$OUT/pa.log" pa ;;
+    tune) wait_eb; stage tune "$OUT/tune.log" "$PY" bench/tune_targets.py --model models/bert.py:bert_base \
+            --device cuda --dtype fp16 --concurrency 32 --budget-min "$TUNE_MIN" \
+            --variants default,no-static-batches --out "$OUT/tune.md" ;;
     loopback) wait_eb; stage loopback "$OUT/loopback.log" "$PY" bench/loopback.py --seconds 2 --rounds 3 \
                 --out "$OUT/loopback.md" ;;
     warmup) wait_eb; stage warmup "$OUT/warmup.log" "$PY" bench/warmup.py --package "$PKGS/bert_base.pt2" \

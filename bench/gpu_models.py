@@ -258,8 +258,8 @@ def main() -> int:
                         # what a classifier client asks for: the pooled output, not 196 KiB a row
                         cells["http c1 pooler_output"] = {"outputs": ["pooler_output"]}
                         # every output into shared memory (a client on the same host): no tensor bytes in the answer
-                        sizes = {o["name"]: b * math.prod(o["shape"][1:]) * np.dtype(o["dtype"]).itemsize
-                                 for o in manifests[n]["outputs"]}
+                        sizes = {o.name: b * math.prod(o.shape[1:]) * np.dtype(o.dtype).itemsize
+                                 for o in manifests[n].outputs}
                         for srv in servers.values():
                             for name, size in sizes.items():
                                 stack.enter_context(shm_region(srv.port, f"out_{name}_b{b}", size))

@@ -15,6 +15,11 @@ bench/serve.py uses. Each cell is one perf_analyzer run in count_windows mode (-
 30 %: the default 10 % rarely converges on 2 shared cores), read back from its CSV (-f); the HTTP and gRPC runs
 of a cell follow each other, so drift of the machine hits both alike. A cell that does not fit in what is left
 of --budget-s is skipped and listed. Not a test: it asserts nothing, and `make test` does not run it.
+
+On the GPU machine (bench/gpu.sh, stage `pa`), a CUDA package given by --package NAME=PATH, at --batch N, with
+--shm cuda too (inputs and outputs in CUDA shared memory regions perf_analyzer allocates), and --in-process: the
+package's aotc-run p50 at that batch (host to host, the same process) beside the concurrency-1 cells, so that
+what the transport adds over a call in the process shows.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from launch import Server, make_repository
 from serve import package
 
 TRANSPORTS = ("http", "grpc")
-SHM = ("none", "system")
+SHM = ("none", "system", "cuda")
 CELL_TIMEOUT_S = 120  # one perf_analyzer run; count_windows at 30 % settles in a few seconds here
 
 
@@ -47,11 +52,19 @@ def find_perf_analyzer(given: str | None) -> str:
 
 
 def pa_argv(pa: str, url: str, transport: str, shm: str, model: str, concurrency: int | str, requests: int,
-            csv_path: str) -> list[str]:
+            csv_path: str, batch: int = 1, input_data: str = "random", output_shm_bytes: int = 0) -> list[str]:
     argv = [pa, "-m", model, "-u", url, "-i", transport, "--concurrency-range", f"{concurrency}:{concurrency}",
             "--measurement-mode", "count_windows", "--measurement-request-count", str(requests), "-s", "30",
             "-f", csv_path]
-    return argv + (["--shared-memory", "system"] if shm == "system" else [])
+    if batch != 1:
+        argv += ["-b", str(batch)]
+    if input_data != "random":
+        argv += ["--input-data", input_data]
+    if shm != "none":
+        argv += ["--shared-memory", shm]
+        if output_shm_bytes:  # perf_analyzer's default region for each output is 100 KiB
+            argv += ["--output-shared-memory-size", str(output_shm_bytes)]
+    return argv
 
 
 def server_cpu_s(srv: Server) -> float:
@@ -66,14 +79,17 @@ def inference_count(srv: Server, model: str) -> int:
 
 
 def run_cell(pa: str, srv: Server, transport: str, shm: str, model: str, concurrency: int, requests: int,
-             timeout: float) -> dict | str:
+             timeout: float, **shape) -> dict | str:
     """-> {"throughput", "p50_us", "p99_us", "cpu_us"} from perf_analyzer's CSV and the server's CPU time per
-    inference over the whole run (its warm-up and windows alike), or why there is none."""
+    inference over the whole run (its warm-up and windows alike), or why there is none. `shape`: pa_argv's
+    batch, input_data and output_shm_bytes."""
     url = f"{srv.host}:{srv.port}" if transport == "http" else srv.grpc_url
+    if url is None:
+        return "this aotc-server has no gRPC endpoint"
     cpu0, n0 = server_cpu_s(srv), inference_count(srv, model)
     with tempfile.TemporaryDirectory(prefix="aotc-pa-") as tmp:
         out = Path(tmp) / "pa.csv"
-        argv = pa_argv(pa, url, transport, shm, model, concurrency, requests, str(out))
+        argv = pa_argv(pa, url, transport, shm, model, concurrency, requests, str(out), **shape)
         try:
             r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -97,13 +113,13 @@ def table(cells: dict) -> list[str]:
     return rows
 
 
-def comparison(cells: dict, models: list[str], concurrency: list[int]) -> list[str]:
+def comparison(cells: dict, models: list[str], concurrency: list[int], shms=SHM) -> list[str]:
     """gRPC against HTTP per model and shm: throughput at the highest concurrency (target: >= 1.0x) and p50 at
     the lowest (target: gRPC at most HTTP + 20 us)."""
     hi, lo = max(concurrency), min(concurrency)
     out = []
     for model in models:
-        for shm in SHM:
+        for shm in shms:
             parts = []
             h, g = cells.get(("http", shm, model, hi)), cells.get(("grpc", shm, model, hi))
             if h and g:
@@ -120,6 +136,41 @@ def comparison(cells: dict, models: list[str], concurrency: list[int]) -> list[s
     return out
 
 
+def output_bytes(pkg: Path, batch: int) -> tuple[int, int]:
+    """(largest, total) bytes of the package's outputs at `batch` rows, from its manifest."""
+    import numpy as np
+    from aotc.manifest import read as read_manifest
+
+    sizes = []
+    for o in read_manifest(str(pkg)).outputs:
+        dims = list(o.shape[1:])
+        if any(d < 0 for d in dims):
+            raise SystemExit(f"{pkg}: output {o.name} has a dynamic dim past the batch; give shapes to perf_analyzer")
+        n = batch
+        for d in dims:
+            n *= d
+        sizes.append(n * np.dtype(o.dtype).itemsize)
+    return max(sizes), sum(sizes)
+
+
+def in_process(cells: dict, inproc: dict, answers: dict, lo: int, limit_us: float = 150,
+               limit_bytes: int = 256 << 10) -> list[str]:
+    """Each transport's concurrency-1 p50 (every shm) against the call in the process (aotc-run), with the
+    GPU target: at most +150 us where the answer is at most 256 KiB."""
+    out = []
+    for (transport, shm, model, c), r in cells.items():
+        if c != lo or model not in inproc:
+            continue
+        diff = r["p50_us"] - inproc[model]
+        target = ""
+        if answers[model] <= limit_bytes and shm == "none":
+            target = f" ({'meets' if diff <= limit_us else 'misses'} <= +{limit_us:.0f} us for an answer of " \
+                     f"{answers[model] / 1024:.0f} KiB)"
+        out.append(f"- {model}, {transport}, shm {shm}: p50 {r['p50_us']:.0f} us, {diff:+.0f} us over the call in "
+                   f"the process ({inproc[model]:.0f} us){target}")
+    return out
+
+
 def machine() -> str:
     cores = len(os.sched_getaffinity(0))
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -133,36 +184,75 @@ def main() -> int:
     ap.add_argument("--perf-analyzer", help="the perf_analyzer to run (default: PATH, else /tmp/pa/perf_analyzer)")
     ap.add_argument("--concurrency", default="1,2,4,8,16,32", help="comma-separated (default 1,2,4,8,16,32)")
     ap.add_argument("--models", default="simple,mlp", help="comma-separated, of simple and mlp (default both)")
+    ap.add_argument("--package", action="append", default=[], metavar="NAME=PATH",
+                    help="serve this package as model NAME instead of --models (repeatable)")
+    ap.add_argument("--shm", default="none,system", help="comma-separated, of none, system, cuda (default "
+                    "none,system)")
+    ap.add_argument("--transports", default="http,grpc", help="comma-separated (default http,grpc)")
+    ap.add_argument("--batch", type=int, default=1, help="perf_analyzer's -b (default 1)")
+    ap.add_argument("--input-data", default="random", help="perf_analyzer's --input-data (default random; "
+                    "zero for token ids)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="also time each package's call in the process (aotc-run --bench) at --batch")
     ap.add_argument("--requests", type=int, default=1000,
                     help="perf_analyzer's --measurement-request-count: requests a window (default 1000)")
     ap.add_argument("--budget-s", type=float, default=600, help="the whole run's bound in seconds (default 600)")
     ap.add_argument("--server-flags", default="--intra-op-threads 1",
-                    help="more aotc-server flags (default: --intra-op-threads 1, as the other CPU benchmarks)")
+                    help="more aotc-server flags (default: --intra-op-threads 1, as the other CPU benchmarks; "
+                    "'' for none)")
     ap.add_argument("--out", type=Path, help="also write the Markdown there")
     args = ap.parse_args()
 
     pa = find_perf_analyzer(args.perf_analyzer)
     concurrency = [int(c) for c in args.concurrency.split(",")]
-    models = args.models.split(",")
+    given = {}
+    for p in args.package:
+        name, sep, path = p.partition("=")
+        if not sep or not name or not Path(path).is_file():
+            sys.exit(f"--package takes NAME=PATH of a package file, got '{p}'")
+        given[name] = Path(path)
+    models = list(given) or args.models.split(",")
+    shms = args.shm.split(",")
+    transports = args.transports.split(",")
+    for what, vals, allowed in (("--shm", shms, SHM), ("--transports", transports, TRANSPORTS)):
+        if not set(vals) <= set(allowed):
+            sys.exit(f"{what} takes a comma-separated list of {', '.join(allowed)}, got '{','.join(vals)}'")
+    packages = given or {m: package(m) for m in models}
+    answers = {m: output_bytes(p, args.batch) for m, p in packages.items()}
+    inproc = {}
+    if args.in_process:
+        import numpy as np
+        from aotc.manifest import read_samples
+        from loadgen import aotc_run_p50_us
+
+        with tempfile.TemporaryDirectory(prefix="aotc-pa-") as tmp:
+            for m, p in packages.items():
+                (x, *rest), _ = read_samples(p)[0]
+                if rest:
+                    sys.exit(f"--in-process times one-input packages; {m} takes {1 + len(rest)}")
+                x = np.ascontiguousarray(np.resize(x, (args.batch, *x.shape[1:])))
+                inproc[m] = aotc_run_p50_us(p, x, Path(tmp), 2000, 100)
+                print(f"in process: {m} batch {args.batch} p50 {inproc[m]:.0f} us", file=sys.stderr, flush=True)
     t_end = time.monotonic() + args.budget_s
     v = subprocess.run([pa, "--version"], capture_output=True, text=True)
     version = (v.stdout + v.stderr).strip().splitlines()[:1]
     flags = ["--allow-shared-memory", *args.server_flags.split()]
     cells, skipped = {}, []
     with tempfile.TemporaryDirectory(prefix="aotc-pa-") as tmp:
-        repo = make_repository(Path(tmp) / "repo", {m: package(m) for m in models}, link=True)
+        repo = make_repository(Path(tmp) / "repo", packages, link=True)
         with Server("cpp", repo, *flags) as srv:
             for model in models:
-                for shm in SHM:
+                for shm in shms:
                     for c in concurrency:
-                        for transport in TRANSPORTS:
+                        for transport in transports:
                             left = t_end - time.monotonic()
                             key = (transport, shm, model, c)
                             if left < 5:
                                 skipped.append(f"{key}: out of --budget-s")
                                 continue
                             r = run_cell(pa, srv, transport, shm, model, c, args.requests,
-                                         min(CELL_TIMEOUT_S, left))
+                                         min(CELL_TIMEOUT_S, left), batch=args.batch, input_data=args.input_data,
+                                         output_shm_bytes=answers[model][0])
                             if isinstance(r, str):
                                 skipped.append(f"{key}: {r}")
                             else:
@@ -171,11 +261,16 @@ def main() -> int:
                             if srv.proc.poll() is not None:
                                 sys.exit(f"aotc-server exited {srv.proc.returncode}:\n{srv.log()[-2000:]}")
     cmd = " ".join(pa_argv("perf_analyzer", "127.0.0.1:PORT", "{http,grpc}", "none", "MODEL", "C", args.requests,
-                           "F.csv"))
+                           "F.csv", args.batch, args.input_data))
     lines = [f"Measured on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, "
              f"{version[0] if version else 'perf_analyzer'}; aotc-server {' '.join(flags)}.",
-             f"Each cell: `{cmd} [--shared-memory system]`.", "", *table(cells), "",
-             *comparison(cells, models, concurrency)]
+             f"Each cell: `{cmd} [--shared-memory {{{','.join(s for s in shms if s != 'none')}}} "
+             f"--output-shared-memory-size BYTES]`.", "", *table(cells), "",
+             *comparison(cells, models, concurrency, shms)]
+    if inproc:
+        lines += ["", f"In the process: aotc-run --bench 2000 at batch {args.batch}, host to host, p50 "
+                  + ", ".join(f"{m} {us:.0f} us" for m, us in inproc.items()) + ".",
+                  *in_process(cells, inproc, {m: a[1] for m, a in answers.items()}, min(concurrency))]
     if skipped:
         lines += ["", "Not measured:", *[f"- {s}" for s in skipped]]
     text = "\n".join(lines)
