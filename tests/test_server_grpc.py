@@ -58,6 +58,32 @@ def simple_repo(tmp_path_factory, pkg_simple):
     return make_repository(tmp_path_factory.mktemp("simple_repo"), {"simple": pkg_simple})
 
 
+# ---- answers: the raw contents the server serializes itself -----------------------------------------------
+def test_large_and_small_answers_parse_as_the_message(client, srv, mlp_sample):  # noqa: F811
+    """ModelInfer's answer is serialized by the server (tensor bytes as views, small ones inline): a 64-row MLP
+    answer (128 KiB), a 1-row one (2 KiB), and simple's two 64-byte outputs in one answer all come back as
+    tritonclient parses them, equal to eager and to the HTTP answer."""
+    x, ref = mlp_sample
+    for rows in (64, 1):
+        xs, want = np.resize(x, (rows, x.shape[1])), np.resize(ref, (rows, ref.shape[1]))
+        inp = grpcclient.InferInput("x", list(xs.shape), "FP32")
+        inp.set_data_from_numpy(xs.astype(np.float32))
+        r = client.infer("mlp", [inp], client_timeout=T)
+        got = r.as_numpy("output0")
+        assert got.shape == want.shape and close(got, want), rows
+        resp = r.get_response()
+        assert len(resp.raw_output_contents) == 1 and len(resp.raw_output_contents[0]) == want.nbytes
+    a, b = np.arange(32, dtype=np.int32).reshape(2, 16), np.full((2, 16), 3, np.int32)
+    inputs = []
+    for name, v in (("INPUT0", a), ("INPUT1", b)):
+        i = grpcclient.InferInput(name, [2, 16], "INT32")
+        i.set_data_from_numpy(v)
+        inputs.append(i)
+    r = client.infer("simple", inputs, request_id="q7", client_timeout=T)
+    assert r.get_response().id == "q7" and r.get_response().model_name == "simple"
+    assert (r.as_numpy("OUTPUT0") == a + b).all() and (r.as_numpy("OUTPUT1") == a - b).all()
+
+
 # ---- shared memory, shared with HTTP ------------------------------------------------------------------------
 
 def test_inputs_and_outputs_in_system_shared_memory(client, srv, region, mlp_sample, no_regions):  # noqa: F811

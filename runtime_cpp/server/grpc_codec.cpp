@@ -160,6 +160,57 @@ void write_infer_response(const InferResponse& r, inference::ModelInferResponse&
   }
 }
 
+namespace {
+
+// A protobuf varint.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// Releases the output buffer a slice viewed (a heap copy of its Bytes, which shares the buffer's owner).
+void release_bytes(void* bytes) { delete static_cast<Bytes*>(bytes); }
+
+// Below this an output's bytes are copied into the field's header slice: a view costs more than the copy.
+constexpr size_t kViewBytes = 4096;
+
+}  // namespace
+
+grpc::ByteBuffer serialize_infer_response(const InferResponse& r) {
+  inference::ModelInferResponse head;
+  head.set_model_name(r.model_name);
+  head.set_model_version(r.model_version);
+  if (r.id) head.set_id(*r.id);
+  for (const auto& o : r.outputs) {
+    auto* t = head.add_outputs();
+    t->set_name(o.tensor.name);
+    t->set_datatype(wire_type_name(o.tensor.type));
+    for (int64_t d : o.tensor.shape) t->add_shape(d);
+  }
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(head.SerializeAsString());
+  constexpr uint8_t kRawOutputContents = (6 << 3) | 2;  // field 6, length-delimited
+  std::string pending;  // field headers and small outputs, flushed before each view
+  for (const auto& o : r.outputs) {
+    const size_t n = o.shm ? 0 : o.tensor.bytes.size();  // an output in shared memory: an empty entry
+    pending.push_back(static_cast<char>(kRawOutputContents));
+    put_varint(pending, n);
+    if (n < kViewBytes) {
+      pending.append(o.tensor.bytes.data(), n);
+      continue;
+    }
+    slices.emplace_back(pending);
+    pending.clear();
+    auto* view = new Bytes(o.tensor.bytes);
+    slices.emplace_back(const_cast<char*>(view->data()), n, release_bytes, view);
+  }
+  if (!pending.empty()) slices.emplace_back(pending);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 grpc::Status status_of(const ServeError& e) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (e.status()) {

@@ -25,6 +25,11 @@ InferRequest parse_infer_request(const inference::ModelInferRequest& message, st
 // Fills `out` from a response: every output's name, datatype and shape, and its bytes in
 // raw_output_contents (index-aligned; an output written to shared memory gets an empty entry, no parameters).
 void write_infer_response(const InferResponse& response, inference::ModelInferResponse& out);
+// The same answer serialized for the wire: the message without its raw_output_contents, then each output's
+// raw_output_contents field appended (protobuf concatenates repeated fields) as a slice over the output's own
+// buffer, so that an answer's tensor bytes are never copied on the way to the socket. Parses as
+// write_infer_response's message does.
+grpc::ByteBuffer serialize_infer_response(const InferResponse& response);
 
 // ServeError's HTTP status as a gRPC status code, the message unchanged.
 grpc::Status status_of(const ServeError& e);

@@ -74,7 +74,8 @@ class GrpcTimers {
 };
 
 // ModelInfer, the hot path, on completion queues polled by --grpc-infer-thread-count threads (each event
-// handled on the thread that polled it, no hand-off to an executor); every other RPC on gRPC's callback API.
+// handled on the thread that polled it, no hand-off to an executor), as a raw method (byte buffers: the
+// answer's tensors go out as views); every other RPC on gRPC's callback API.
 // The async mark must come first (a method marked for callbacks keeps its handler when marked async later),
 // so the chain is spelled out rather than built on the generated CallbackService.
 using S = pb::GRPCInferenceService;
@@ -98,7 +99,7 @@ using ServiceBase =
     S::WithCallbackMethod_CudaSharedMemoryUnregister<
     S::WithCallbackMethod_TraceSetting<
     S::WithCallbackMethod_LogSettings<
-    S::WithAsyncMethod_ModelInfer<S::Service>>>>>>>>>>>>>>>>>>>>;
+    S::WithRawMethod_ModelInfer<S::Service>>>>>>>>>>>>>>>>>>>>;
 
 struct GrpcServer::Impl final : ServiceBase {
   const ServerOptions& options;

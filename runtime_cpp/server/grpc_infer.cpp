@@ -1,6 +1,8 @@
 // The gRPC inference RPCs (grpc_server.h): ModelInfer on completion queues, ModelStreamInfer as a callback
 // API bidirectional reactor with back-pressure, both queued on the model's scheduler without a thread per
 // call.
+#include <grpcpp/support/proto_buffer_reader.h>
+
 #include <deque>
 
 #include "grpc_impl.h"
@@ -35,7 +37,7 @@ class InferCall {
  public:
   InferCall(GrpcServer::Impl& s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), responder_(&ctx_) {
     ++s_.infer_calls;
-    s_.RequestModelInfer(&ctx_, &q_, &responder_, cq_, cq_, this);
+    s_.RequestModelInfer(&ctx_, &wire_, &responder_, cq_, cq_, this);
   }
   ~InferCall() { --s_.infer_calls; }
 
@@ -55,13 +57,19 @@ class InferCall {
     start_ = Clock::now();
     try {
       s_.check_auth(ctx_);
+      // The raw method: the request parsed here (as gRPC's own codec would), the answer serialized by
+      // grpc_codec::serialize_infer_response with its tensors viewed, not copied.
+      grpc::ProtoBufferReader reader(&wire_);
+      if (!q_.ParseFromZeroCopyStream(&reader))
+        throw bad_request("the ModelInferRequest does not parse as the protobuf message it must be");
+      wire_.Clear();
       if (s_.options.grpc_response_compression > 0)
         ctx_.set_compression_level(static_cast<grpc_compression_level>(s_.options.grpc_response_compression));
       // The input bytes are views of q_, which lives until this call is deleted.
       s_.infer(q_, std::shared_ptr<const void>(std::shared_ptr<void>(), &q_), sched_,
                [this](InferResponse resp, std::optional<ServeError> error) {
                  if (error) return finish(grpc_codec::status_of(*error));
-                 grpc_codec::write_infer_response(resp, r_);
+                 r_ = grpc_codec::serialize_infer_response(resp);
                  finish(Status::OK);
                });
     } catch (const ServeError& e) {
@@ -73,7 +81,7 @@ class InferCall {
 
   void finish(const Status& status) {
     if (s_.options.log_requests)
-      s_.log("ModelInfer", q_.model_name(), status, q_.ByteSizeLong(), status.ok() ? r_.ByteSizeLong() : 0, start_);
+      s_.log("ModelInfer", q_.model_name(), status, q_.ByteSizeLong(), status.ok() ? r_.Length() : 0, start_);
     if (status.ok()) responder_.Finish(r_, status, this);
     else responder_.FinishWithError(status, this);
   }
@@ -81,9 +89,10 @@ class InferCall {
   GrpcServer::Impl& s_;
   grpc::ServerCompletionQueue* cq_;
   grpc::ServerContext ctx_;
+  grpc::ByteBuffer wire_;  // the request as it came
   pb::ModelInferRequest q_;
-  pb::ModelInferResponse r_;
-  grpc::ServerAsyncResponseWriter<pb::ModelInferResponse> responder_;
+  grpc::ByteBuffer r_;     // the answer: slices over the outputs' buffers
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   std::shared_ptr<Scheduler> sched_;
   Clock::time_point start_;
   bool accepted_ = false;
