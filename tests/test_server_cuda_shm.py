@@ -86,8 +86,10 @@ def test_bert_reads_and_writes_cuda_shared_memory(tmp_path, package, transport, 
     rows for the rows its client wrote, freshly zeroed before every request."""
     pkg = package("bert_base")
     (ids,), (hidden, pooled) = read_samples(pkg)[0]
+    # no inline runs: a request finding the model idle would run at once instead of waiting for the others
     repo = make_repository(tmp_path / "repo", {"bert_base": pkg},
-                           {"bert_base": {"max_batch_size": 32, "max_queue_delay_us": 20000, "device_index": 0}})
+                           {"bert_base": {"max_batch_size": 32, "max_queue_delay_us": 20000, "device_index": 0,
+                                          "run_inline_when_idle": False}})
     n = 8
     with Server("cpp", repo, "--allow-shared-memory", *flags) as s:
         mod, admin = client_for(s, transport)
@@ -101,6 +103,11 @@ def test_bert_reads_and_writes_cuda_shared_memory(tmp_path, package, transport, 
                 {"name": r.name, "byte_size": r.byte_size} for r in status.regions.values()]
             assert sorted(r["name"] for r in listed) == sorted([f"ids{i}" for i in range(n)] +
                                                                [f"hid{i}" for i in range(n)])
+
+            # tritonclient's cuda_shared_memory creates its stream for a device at the first copy, unguarded:
+            # concurrent first copies made two, one destroyed while the other thread used it, and the client
+            # process crashed. The first copy is made here, before the threads.
+            cudashm.set_shared_memory_region(ins[0], [np.zeros(1, np.int8)])
 
             def client(i):
                 _, c = client_for(s, transport)
