@@ -201,7 +201,7 @@ deps() {
 build() {
   local torch_prefix
   torch_prefix=$("$PY" -c 'import torch;print(torch.utils.cmake_prefix_path)')
-  # gRPC only where its Debian packages came along in .deb/ (they are not carried today): else aotc-server
+  # gRPC only where its Debian packages came along in .deb/ (docs/gpu.md lists them): else aotc-server
   # is built without its gRPC endpoint (docs/server.md, gRPC).
   local grpc=OFF
   compgen -G ".deb/libgrpc++-dev_*.deb" >/dev/null && grpc=ON
