@@ -63,7 +63,7 @@ test-cpp: build
 	$(VENV)/bin/ctest --test-dir $(BUILD_DIR) --output-on-failure
 
 test-py: build
-	$(PY) -m pytest -q -m "not cuda and not slow" --timeout=900 tests
+	$(PY) -m pytest -q -m "not cuda and not slow" --timeout=900 --durations=25 tests
 
 test: test-cpp test-py test-sanitize
 

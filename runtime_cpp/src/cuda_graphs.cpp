@@ -261,13 +261,7 @@ std::vector<at::Tensor> CudaExecutor::run_eager(Runner& runner, const std::vecto
   const bool device_io = on_device(inputs);
   std::vector<at::Tensor> dev;
   dev.reserve(inputs.size());
-  for (const auto& x : inputs) {
-    if (x.is_cuda()) {
-      dev.push_back(x.to(device));
-      continue;
-    }
-    dev.push_back(to_device_async(x, device));
-  }
+  for (const auto& x : inputs) dev.push_back(x.is_cuda() ? x.to(device) : to_device_async(x, device));
   auto& loader = manifest_.batch ? loader_for(inputs.at(0).size(0)) : *loader_;
   std::vector<at::Tensor> outs = loader.run(dev, runner.stream.stream());
   const bool batched = manifest_.batch.has_value();
