@@ -1,7 +1,8 @@
-// Model (model.h): the one file of the server that includes ATen. Converts byte tensors to host at::Tensor
-// views (no copy), calls aotc::Session::run, and hands the outputs back as byte views of the output tensors
-// (no copy); also owns the intra-op thread count (at::set_num_threads). Thread-safe as model.h says: no
-// state beyond the Session, which is thread-safe, and one process-wide atomic thread count.
+// Model (model.h): the one file of the server that includes ATen. Converts byte tensors to at::Tensor views
+// (no copy; host memory, or a client's device memory for CUDA shared memory), calls aotc::Session::run, and
+// hands the outputs back as byte views of the output tensors (no copy); also owns the intra-op thread count
+// (at::set_num_threads). Thread-safe as model.h says: no state beyond the Session, which is thread-safe, and
+// one process-wide atomic thread count.
 #include "model.h"
 
 #include <algorithm>
@@ -243,7 +244,8 @@ std::vector<Tensor> Model::run(const std::vector<Tensor>& inputs, const std::vec
   args.reserve(inputs.size());
   try {
     // Host tensors for CUDA packages too: the session copies them to its own device through pinned
-    // memory on the runner's stream, and hands back outputs in pinned host memory.
+    // memory on the runner's stream, and hands back outputs in pinned host memory. Inputs in CUDA shared
+    // memory are device tensors over the client's memory, read there.
     for (size_t i = 0; i < inputs.size(); ++i) {
       auto opts = at::TensorOptions().dtype(aotc::to_scalar_type(man.inputs[i].dtype));
       if (inputs[i].device >= 0) opts = opts.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(inputs[i].device)));
