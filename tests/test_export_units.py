@@ -221,7 +221,7 @@ def test_fresh_cases_name_each_dynamic_dim_as_the_user_does(tmp_path):
     assert [c["sample"] for c in cases] == [True, False, False, True] + [False] * 6
 
 
-def test_cuda_attention_falls_back_to_math_when_its_kernel_constrains_the_range(monkeypatch):
+def test_cuda_attention_falls_back_to_math_when_its_kernel_constrains_the_range(monkeypatch, capsys):
     # On the H200, PyTorch's pick for a masked attention (memory-efficient) pads the mask to a multiple of 8, a
     # guard torch.export cannot prove for a dynamic sequence dim: the export then takes the math kernel. Other
     # failures are not retried.
@@ -243,6 +243,15 @@ def test_cuda_attention_falls_back_to_math_when_its_kernel_constrains_the_range(
         "export failed: the model does not work for every size in the declared dynamic range: seq ..."))
     assert pipeline.export_model_file("m.py", pipeline.ExportOptions(device="cuda")) == {"sdpa_backend": "math"}
     assert seen == ["flash", None, "math"]
+    # each attempt's progress lines end in "failed": a line after each says the export goes on, and why
+    said = capsys.readouterr().err.splitlines()
+    assert said == ["    not a failure: flash attention takes no part of this model's attention; exporting again "
+                    "with PyTorch's own pick",
+                    "    not a failure: PyTorch's pick of attention kernel does not export for every size of the "
+                    "dynamic dims; exporting again with math attention"], said
+    seen.clear()
+    pipeline.export_model_file("m.py", pipeline.ExportOptions(device="cuda", quiet=True))
+    assert seen == ["flash", None, "math"] and capsys.readouterr().err == ""
     seen.clear()
     monkeypatch.setattr(pipeline, "_export_model_file", fake("export failed: an operator cannot be traced"))
     with pytest.raises(ExportError, match="cannot be traced"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import tempfile
 
 from aotc import compile as aoti
@@ -80,12 +81,15 @@ def export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
             with attention_backend("flash"):
                 return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="flash"), mf)
         except NoAttentionKernel:
-            pass
+            _retrying(opts, "flash attention takes no part of this model's attention; exporting again with "
+                            "PyTorch's own pick")
         try:
             return _export_model_file(spec, opts, mf)
         except ExportError as e:
             if "declared dynamic range" not in str(e):
                 raise
+            _retrying(opts, "PyTorch's pick of attention kernel does not export for every size of the dynamic "
+                            "dims; exporting again with math attention")
         # PyTorch's pick for attention with a mask (memory-efficient attention) pads the mask to a multiple of
         # 8, a guard torch.export cannot prove for every size of a dynamic sequence dim (a Hugging Face BERT
         # fails so on the H200); the math kernel has no such guard. A failure of another kind fails again.
@@ -93,6 +97,13 @@ def export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
             return _export_model_file(spec, dataclasses.replace(opts, sdpa_backend="math"), mf)
     with attention_backend(opts.sdpa_backend):
         return _export_model_file(spec, opts, mf)
+
+
+def _retrying(opts: ExportOptions, why: str) -> None:
+    """Says, after the progress lines of an attempt that failed, why the export runs again (those lines end in
+    "failed", and the export has not)."""
+    if not opts.quiet:
+        print(f"    not a failure: {why}", file=sys.stderr, flush=True)
 
 
 def _check_device(opts: ExportOptions) -> None:
