@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -29,17 +28,9 @@ from conftest import read_samples  # noqa: E402
 from launch import Server, make_repository  # noqa: E402
 from test_cuda import package  # noqa: E402, F401 (the session fixture that provides CUDA packages)
 from test_server_batching import run_clients  # noqa: E402
+from test_server_cuda import server_bin  # noqa: E402, F401 (autouse: AOTC_SERVER_BIN, else aotc-server on PATH)
 
 TOL = {"atol": 2e-2, "rtol": 2e-2}
-
-
-@pytest.fixture(autouse=True)
-def server_bin(monkeypatch):
-    if not os.environ.get("AOTC_SERVER_BIN"):
-        exe = shutil.which("aotc-server")
-        if exe is None:
-            pytest.skip("no aotc-server: set AOTC_SERVER_BIN or put it on PATH")
-        monkeypatch.setenv("AOTC_SERVER_BIN", exe)
 
 
 def client_for(s: Server, transport: str):

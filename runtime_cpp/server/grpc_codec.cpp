@@ -146,7 +146,10 @@ InferRequest parse_infer_request(const inference::ModelInferRequest& m, std::sha
   return req;
 }
 
-void write_infer_response(const InferResponse& r, inference::ModelInferResponse& out) {
+namespace {
+
+// Everything of the answer but its raw_output_contents.
+void write_infer_head(const InferResponse& r, inference::ModelInferResponse& out) {
   out.set_model_name(r.model_name);
   out.set_model_version(r.model_version);
   if (r.id) out.set_id(*r.id);
@@ -155,6 +158,14 @@ void write_infer_response(const InferResponse& r, inference::ModelInferResponse&
     t->set_name(o.tensor.name);
     t->set_datatype(wire_type_name(o.tensor.type));
     for (int64_t d : o.tensor.shape) t->add_shape(d);
+  }
+}
+
+}  // namespace
+
+void write_infer_response(const InferResponse& r, inference::ModelInferResponse& out) {
+  write_infer_head(r, out);
+  for (const auto& o : r.outputs) {
     std::string* raw = out.add_raw_output_contents();
     if (!o.shm) raw->assign(o.tensor.bytes.data(), o.tensor.bytes.size());
   }
@@ -181,15 +192,7 @@ constexpr size_t kViewBytes = 4096;
 
 grpc::ByteBuffer serialize_infer_response(const InferResponse& r) {
   inference::ModelInferResponse head;
-  head.set_model_name(r.model_name);
-  head.set_model_version(r.model_version);
-  if (r.id) head.set_id(*r.id);
-  for (const auto& o : r.outputs) {
-    auto* t = head.add_outputs();
-    t->set_name(o.tensor.name);
-    t->set_datatype(wire_type_name(o.tensor.type));
-    for (int64_t d : o.tensor.shape) t->add_shape(d);
-  }
+  write_infer_head(r, head);
   std::vector<grpc::Slice> slices;
   slices.emplace_back(head.SerializeAsString());
   constexpr uint8_t kRawOutputContents = (6 << 3) | 2;  // field 6, length-delimited
