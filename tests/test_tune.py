@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import numpy as np
 
@@ -15,8 +16,11 @@ from launch import Server
 TUNE = ("--budget-min", "0.4", "--first-seconds", "0.3")
 
 
-def test_tune_writes_the_table_the_plot_and_a_winner_that_serves(tmp_path):
+def test_tune_writes_the_table_the_plot_and_a_winner_that_serves(tmp_path, pkg_mlp):
     out = tmp_path / "tuned"
+    # an entry an earlier tune left in the same folder: served beside the winner, and not measured for it
+    (out / "aaa_earlier" / "1").mkdir(parents=True)
+    shutil.copyfile(pkg_mlp, out / "aaa_earlier" / "1" / "model.pt2")
     r = run_aotc("tune", "models/simple.py", "--p99-ms", "50", "--concurrency", "2,4", "--variants", "default",
                  "-o", str(out), *TUNE, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

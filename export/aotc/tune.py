@@ -286,19 +286,22 @@ def _search(o: TuneOptions, pkgs: dict, dropped: dict, tmp: str, say, start: flo
         seconds *= 2
     rc = write_outputs(o, cands, results, dropped, pkgs, say, time.monotonic() - start)
     if rc == 0:
-        check_served(o, bodies, tmp, say)
+        check_served(o, pkgs, bodies, tmp, say)
     return rc
 
 
-def check_served(o: TuneOptions, bodies: dict, tmp: str, say) -> None:
+def check_served(o: TuneOptions, pkgs: dict, bodies: dict, tmp: str, say) -> None:
     """Serves the written entry as a user would (`aotc serve OUT FLAGS`, a process of its own), loads it as the
     search did, for as long as the winner's last round, and adds what it served beside what was measured to
     tune.md and tune.json ("served")."""
+    from aotc import manifest as manifest_mod
+
     out = os.path.abspath(o.out)
     with open(os.path.join(out, "tune.json")) as f:
         info = json.load(f)
     winner = next(c for c in info["candidates"] if c["label"] == info["winner"])
-    name = next(d for d in sorted(os.listdir(out)) if os.path.isfile(os.path.join(out, d, "1", "model.pt2")))
+    # the entry write_outputs named after the winner's package (OUT may hold other entries, from earlier tunes)
+    name = manifest_mod.read(pkgs[winner["variant"]]).name
     port = _free_port()
     log_path = os.path.join(tmp, "served.log")
     argv = [sys.executable, "-c", "import sys; from aotc.cli import main; sys.exit(main())", "serve", out,
