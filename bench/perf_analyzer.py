@@ -1,9 +1,9 @@
 """Triton's perf_analyzer against aotc-server, over HTTP (`-i http`) and gRPC (`-i grpc`), with and without
 system shared memory (`--shared-memory system`), at concurrency 1 to 32, on `simple` and the MLP: a Markdown
 table of throughput and p50/p99 latency per cell, then gRPC against HTTP (throughput at the highest
-concurrency, p50 at concurrency 1) next to their targets, and the server's CPU time per inference (from
-/proc, over each whole run) to tell the server's cost from the client's. docs/performance.md
-("perf_analyzer: HTTP and gRPC") holds its output.
+concurrency, p50 at concurrency 1) next to their targets, and the CPU time per inference of the server (from
+/proc) and of perf_analyzer (its rusage), over each whole run, to tell the server's cost from the client's.
+docs/performance.md ("perf_analyzer: HTTP and gRPC") holds its output.
 
     .venv/bin/python bench/perf_analyzer.py [--concurrency 1,2,4,8,16,32] [--models simple,mlp]
         [--requests 1000] [--budget-s 600] [--server-flags "--intra-op-threads 1"] [--out FILE]
@@ -28,6 +28,7 @@ import argparse
 import csv
 import datetime
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -73,6 +74,12 @@ def server_cpu_s(srv: Server) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children so far (perf_analyzer's runs)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def inference_count(srv: Server, model: str) -> int:
     _, st = srv.json("GET", f"/v2/models/{model}/stats")
     return sum(m["inference_count"] for m in st["model_stats"])
@@ -80,13 +87,13 @@ def inference_count(srv: Server, model: str) -> int:
 
 def run_cell(pa: str, srv: Server, transport: str, shm: str, model: str, concurrency: int, requests: int,
              timeout: float, **shape) -> dict | str:
-    """-> {"throughput", "p50_us", "p99_us", "cpu_us"} from perf_analyzer's CSV and the server's CPU time per
-    inference over the whole run (its warm-up and windows alike), or why there is none. `shape`: pa_argv's
-    batch, input_data and output_shm_bytes."""
+    """-> {"throughput", "p50_us", "p99_us", "cpu_us", "client_cpu_us"} from perf_analyzer's CSV, and the
+    server's and perf_analyzer's CPU time per inference over the whole run (its warm-up and windows alike), or
+    why there is none. `shape`: pa_argv's batch, input_data and output_shm_bytes."""
     url = f"{srv.host}:{srv.port}" if transport == "http" else srv.grpc_url
     if url is None:
         return "this aotc-server has no gRPC endpoint"
-    cpu0, n0 = server_cpu_s(srv), inference_count(srv, model)
+    cpu0, client0, n0 = server_cpu_s(srv), children_cpu_s(), inference_count(srv, model)
     with tempfile.TemporaryDirectory(prefix="aotc-pa-") as tmp:
         out = Path(tmp) / "pa.csv"
         argv = pa_argv(pa, url, transport, shm, model, concurrency, requests, str(out), **shape)
@@ -101,15 +108,16 @@ def run_cell(pa: str, srv: Server, transport: str, shm: str, model: str, concurr
             row = next(csv.DictReader(f))
         n = inference_count(srv, model) - n0
         return {"throughput": float(row["Inferences/Second"]), "p50_us": float(row["p50 latency"]),
-                "p99_us": float(row["p99 latency"]), "cpu_us": (server_cpu_s(srv) - cpu0) * 1e6 / max(n, 1)}
+                "p99_us": float(row["p99 latency"]), "cpu_us": (server_cpu_s(srv) - cpu0) * 1e6 / max(n, 1),
+                "client_cpu_us": (children_cpu_s() - client0) * 1e6 / max(n, 1)}
 
 
 def table(cells: dict) -> list[str]:
-    rows = ["| transport | shm | model | concurrency | infer/s | p50 us | p99 us | server CPU us/infer |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| transport | shm | model | concurrency | infer/s | p50 us | p99 us | server CPU us/infer | "
+            "perf_analyzer CPU us/infer |", "|---|---|---|---|---|---|---|---|---|"]
     for (transport, shm, model, c), r in cells.items():
         rows.append(f"| {transport} | {shm} | {model} | {c} | {r['throughput']:.0f} | {r['p50_us']:.0f} | "
-                    f"{r['p99_us']:.0f} | {r['cpu_us']:.1f} |")
+                    f"{r['p99_us']:.0f} | {r['cpu_us']:.1f} | {r['client_cpu_us']:.1f} |")
     return rows
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import threading
 
 import numpy as np
 import pytest
@@ -289,6 +290,58 @@ def test_stream_with_requests_in_flight_and_a_bad_one(client, srv, mlp_sample):
         else:
             assert np.array_equal(by_id[rid].as_numpy("OUTPUT0"), w[0]), rid
             assert np.array_equal(by_id[rid].as_numpy("OUTPUT1"), w[1]), rid
+
+
+def test_a_stream_past_its_in_flight_bound_is_answered_whole(client):
+    """200 requests sent on one stream without waiting, over six times the 32 the server keeps unanswered: it
+    stops reading at the bound and goes on as answers are written, and every request gets its own answer."""
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)), stream_timeout=60)
+    want = {}
+    try:
+        for i in range(200):
+            a, b = simple_inputs(1, seed=1000 + i)
+            client.async_stream_infer("simple", triton_inputs(a, b), request_id=f"r{i}")
+            want[f"r{i}"] = a + b
+        got = [answers.get(timeout=T) for _ in range(200)]
+    finally:
+        client.stop_stream()
+    assert [e for _, e in got if e is not None] == []
+    by_id = {r.get_response().id: r.as_numpy("OUTPUT0") for r, _ in got}
+    assert set(by_id) == set(want)
+    assert all(np.array_equal(by_id[k], w) for k, w in want.items())
+
+
+def test_concurrent_calls_are_batched(srv, mlp_sample):
+    """16 clients, each on its own connection, sending ModelInfer calls in a closed loop: the model runs fewer
+    batches than it answers requests. The poller runs an idle model's request itself only when nothing else has
+    come in with it; a burst is queued, and batched by the runners (were every request run on the poller as it
+    is read, each would run alone)."""
+    x, ref = mlp_sample
+    x1, ref1 = x[:1], ref[:1]
+
+    def counts():
+        m = srv.json("GET", "/v2/models/mlp/stats")[1]["model_stats"][0]
+        return m["inference_count"], m["execution_count"]
+
+    def client_loop(errors):
+        with grpc.insecure_channel(srv.grpc_url) as channel:
+            call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer
+            for _ in range(25):
+                out = decode(call(grpc_request("mlp", [spec("x", x1)]), timeout=T))["output0"]
+                if not close(out, ref1):
+                    errors.append(out)
+
+    inferences0, executions0 = counts()
+    errors: list = []
+    threads = [threading.Thread(target=client_loop, args=(errors,)) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    inferences, executions = counts()
+    assert errors == [] and inferences - inferences0 == 16 * 25
+    assert executions - executions0 < inferences - inferences0, (inferences - inferences0, executions - executions0)
 
 
 def test_statistics_of_grpc_requests_show_over_http(client, srv):

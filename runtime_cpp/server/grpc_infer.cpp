@@ -1,13 +1,19 @@
-// The gRPC inference RPCs (grpc_server.h): ModelInfer on completion queues, ModelStreamInfer as a callback
-// API bidirectional reactor with back-pressure, both queued on the model's scheduler without a thread per
-// call.
+// The gRPC inference RPCs (grpc_server.h) on the completion queues: ModelInfer, and ModelStreamInfer with
+// back-pressure, both queued on the model's scheduler without a thread per call; the pollers of the queues.
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <deque>
+#include <utility>
 
 #include "grpc_impl.h"
 
 namespace aotc::server {
+
+namespace {
+// Whether a request queued on this thread may run on it when its model is idle: false on a poller while it
+// holds back an arrival (poll()), true elsewhere.
+thread_local bool t_may_run_inline = true;
+}  // namespace
 
 void GrpcServer::Impl::infer(const pb::ModelInferRequest& message, std::shared_ptr<const void> owner,
                              std::shared_ptr<Scheduler>& sched, service::Answered done) {
@@ -18,7 +24,8 @@ void GrpcServer::Impl::infer(const pb::ModelInferRequest& message, std::shared_p
   InferRequest request = grpc_codec::parse_infer_request(message, std::move(owner));
   const std::optional<int64_t> timeout = request.timeout_us;
   const auto deadline = Clock::now() + std::chrono::microseconds(timeout.value_or(0));
-  auto job = service::submit(*mine, std::move(request), {state.shm(), state.cuda_shm()}, std::move(done));
+  auto job = service::submit(*mine, std::move(request), {state.shm(), state.cuda_shm()}, std::move(done),
+                             t_may_run_inline);
   if (timeout && *timeout >= 0)
     timers.add(deadline, [weak_sched = std::weak_ptr<Scheduler>(mine), weak_job = std::weak_ptr<Scheduler::Job>(job),
                           us = *timeout] {
@@ -33,16 +40,17 @@ namespace {
 // One ModelInfer on a completion queue: posted to accept the next call, then (the call arrived) queued on
 // the model, answered with Finish from whichever thread ran it, and deleted when Finish's event comes back.
 // The scheduler it holds is released there, on a poller. Nothing touches the call after Finish.
-class InferCall {
+class InferCall final : public CqTag {
  public:
   InferCall(GrpcServer::Impl& s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), responder_(&ctx_) {
-    ++s_.infer_calls;
-    s_.RequestModelInfer(&ctx_, &wire_, &responder_, cq_, cq_, this);
+    ++s_.calls;
+    s_.RequestModelInfer(&ctx_, &wire_, &responder_, cq_, cq_, tag());
   }
-  ~InferCall() { --s_.infer_calls; }
+  ~InferCall() { --s_.calls; }
 
-  // The queue's event for this call.
-  void proceed(bool ok) {
+  bool starts_inference() const override { return !accepted_; }
+
+  void proceed(bool ok) override {
     if (!accepted_ && ok) {
       accepted_ = true;
       new InferCall(s_, cq_);  // the next call's accept
@@ -82,8 +90,8 @@ class InferCall {
   void finish(const Status& status) {
     if (s_.options.log_requests)
       s_.log("ModelInfer", q_.model_name(), status, q_.ByteSizeLong(), status.ok() ? r_.Length() : 0, start_);
-    if (status.ok()) responder_.Finish(r_, status, this);
-    else responder_.FinishWithError(status, this);
+    if (status.ok()) responder_.Finish(r_, status, tag());
+    else responder_.FinishWithError(status, tag());
   }
 
   GrpcServer::Impl& s_;
@@ -100,21 +108,54 @@ class InferCall {
 
 // ModelStreamInfer: reads requests, queues each, writes one response per request as answers come (in the
 // order they are ready), one write at a time. At most kStreamInFlight requests are unanswered; the next read
-// waits for an answer to be written. Finishes once the client is done sending and every request is answered.
-class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse> {
+// waits for an answer to be written. Finishes once the client is done sending and every request is answered,
+// and is deleted when Finish's event comes back. Reads, writes and Finish each have a tag of their own: one of
+// each is outstanding at most. Answers arrive on the threads that ran them, the events on the queue's poller;
+// mu_ orders the two.
+class InferStream {
  public:
-  InferStream(GrpcServer::Impl& s, CallbackServerContext* ctx) : s_(s) {
+  InferStream(GrpcServer::Impl& s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), stream_(&ctx_) {
+    ++s_.calls;
+    s_.RequestModelStreamInfer(&ctx_, &stream_, cq_, cq_, accepted_.tag());
+  }
+  ~InferStream() { --s_.calls; }
+
+ private:
+  struct Out {
+    std::shared_ptr<pb::ModelInferRequest> message;
+    std::shared_ptr<Scheduler> sched;
+    pb::ModelStreamInferResponse response;
+    Clock::time_point start = Clock::now();
+    grpc::StatusCode code = grpc::StatusCode::OK;  // the error's, for the log
+  };
+
+  // A tag that calls one of the stream's handlers.
+  struct Op final : CqTag {
+    Op(InferStream* s, void (InferStream::*fn)(bool)) : s(s), fn(fn) {}
+    void proceed(bool ok) override { (s->*fn)(ok); }
+    bool starts_inference() const override { return fn == &InferStream::on_read; }
+    InferStream* s;
+    void (InferStream::*fn)(bool);
+  };
+
+  void on_accepted(bool ok) {
+    if (!ok) {  // the accept cancelled by shutdown
+      delete this;
+      return;
+    }
+    new InferStream(s_, cq_);  // the next stream's accept
     try {
-      s_.check_auth(*ctx);
+      s_.check_auth(ctx_);
     } catch (const ServeError& e) {
+      std::lock_guard<std::mutex> lock(mu_);
       finished_ = true;
-      Finish(grpc_codec::status_of(e));
+      stream_.Finish(grpc_codec::status_of(e), finished_op_.tag());
       return;
     }
     read_next();
   }
 
-  void OnReadDone(bool ok) override {
+  void on_read(bool ok) {
     if (!ok) {
       std::unique_lock<std::mutex> lock(mu_);
       reads_done_ = true;
@@ -122,8 +163,8 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
       return;
     }
     // The Out goes to the callback, which hands it to the write queue; the scheduler stays with it, so that
-    // it is released when the write is done, on a gRPC thread. Refused before it was queued, the callback
-    // was never called and the Out is still in `held`.
+    // it is released when the write is done, on the poller. Refused before it was queued, the callback was
+    // never called and the Out is still in `held`.
     auto held = std::make_shared<std::unique_ptr<Out>>(std::make_unique<Out>());
     Out* o = held->get();
     o->message = std::move(reading_);
@@ -152,7 +193,7 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
     }
   }
 
-  void OnWriteDone(bool) override {
+  void on_written(bool) {
     std::unique_ptr<Out> written;
     Out* next = nullptr;
     bool resume = false;
@@ -169,24 +210,15 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
       else writing_ = false;
       if (!next && !resume) finish_if_done(lock);
     }
-    if (next) StartWrite(&next->response);
+    if (next) stream_.Write(next->response, written_op_.tag());
     if (resume) read_next();
   }
 
-  void OnDone() override { delete this; }
-
- private:
-  struct Out {
-    std::shared_ptr<pb::ModelInferRequest> message;
-    std::shared_ptr<Scheduler> sched;
-    pb::ModelStreamInferResponse response;
-    Clock::time_point start = Clock::now();
-    grpc::StatusCode code = grpc::StatusCode::OK;  // the error's, for the log
-  };
+  void on_finished(bool) { delete this; }
 
   void read_next() {
     reading_ = std::make_shared<pb::ModelInferRequest>();
-    StartRead(reading_.get());
+    stream_.Read(reading_.get(), read_op_.tag());
   }
 
   static void answer_error(Out& out, const ServeError& e) {
@@ -217,7 +249,7 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
         start = queue_.back().get();
       }
     }
-    if (start) StartWrite(&start->response);
+    if (start) stream_.Write(start->response, written_op_.tag());
   }
 
   // With mu_ held: Finish once the client is done sending and every request's answer is written.
@@ -225,10 +257,15 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
     if (finished_ || !reads_done_ || in_flight_ > 0 || writing_) return;
     finished_ = true;
     lock.unlock();
-    Finish(Status::OK);
+    stream_.Finish(Status::OK, finished_op_.tag());
   }
 
   GrpcServer::Impl& s_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext ctx_;
+  grpc::ServerAsyncReaderWriter<pb::ModelStreamInferResponse, pb::ModelInferRequest> stream_;
+  Op accepted_{this, &InferStream::on_accepted}, read_op_{this, &InferStream::on_read},
+      written_op_{this, &InferStream::on_written}, finished_op_{this, &InferStream::on_finished};
   std::mutex mu_;
   std::shared_ptr<pb::ModelInferRequest> reading_;
   std::deque<std::unique_ptr<Out>> queue_;  // answers to write; the front one is being written
@@ -238,29 +275,52 @@ class InferStream final : public grpc::ServerBidiReactor<pb::ModelInferRequest, 
 
 }  // namespace
 
+// A poller's loop. The first arrival (a request that would start a model call) is held back while the queue
+// has other events ready: those are handled first, and the arrivals among them are queued on their models, not
+// run inline. The held one is then submitted, inline if its model is still idle. A lone request (concurrency
+// 1) so runs on the poller with no hand-off, while a burst that came in together, which a poller running them
+// inline one at a time would serve one by one, is queued and batched by the runners.
+void GrpcServer::Impl::poll(grpc::ServerCompletionQueue* q) {
+  void* tag = nullptr;
+  bool ok = false;
+  CqTag* held = nullptr;
+  const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+  for (;;) {
+    if (!held) {
+      if (!q->Next(&tag, &ok)) return;
+    } else if (auto got = q->AsyncNext(&tag, &ok, now); got != grpc::CompletionQueue::GOT_EVENT) {
+      t_may_run_inline = true;
+      std::exchange(held, nullptr)->proceed(true);
+      if (got == grpc::CompletionQueue::SHUTDOWN) return;
+      continue;
+    }
+    auto* t = static_cast<CqTag*>(tag);
+    if (ok && !held && t->starts_inference()) {
+      held = t;
+      continue;
+    }
+    t_may_run_inline = held == nullptr;
+    t->proceed(ok);
+  }
+}
+
 void GrpcServer::Impl::start_pollers() {
   for (auto& cq : cqs) {
-    for (int i = 0; i < 2; ++i) new InferCall(*this, cq.get());  // two accepts posted per queue
-    pollers.emplace_back([q = cq.get()] {
-      void* tag = nullptr;
-      bool ok = false;
-      while (q->Next(&tag, &ok)) static_cast<InferCall*>(tag)->proceed(ok);
-    });
+    for (int i = 0; i < 2; ++i) new InferCall(*this, cq.get());  // two ModelInfer accepts posted per queue
+    new InferStream(*this, cq.get());
+    accept_unary(cq.get());
+    pollers.emplace_back([q = cq.get()] { poll(q); });
   }
 }
 
 bool GrpcServer::Impl::stop_pollers(std::chrono::system_clock::time_point deadline) {
   // Shutdown has refused new calls; the accepts still posted come back cancelled, the calls running finish.
-  while (infer_calls > 0 && std::chrono::system_clock::now() < deadline)
+  while (calls > 0 && std::chrono::system_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (infer_calls > 0) return false;  // a model call outlived the deadline: its Finish still needs the queue
+  if (calls > 0) return false;  // a model call outlived the deadline: its Finish still needs the queue
   for (auto& cq : cqs) cq->Shutdown();
   for (auto& t : pollers) t.join();
   return true;
 }
 
-grpc::ServerBidiReactor<pb::ModelInferRequest, pb::ModelStreamInferResponse>* GrpcServer::Impl::ModelStreamInfer(
-    CallbackServerContext* ctx) {
-  return new InferStream(*this, ctx);
-}
 }  // namespace aotc::server

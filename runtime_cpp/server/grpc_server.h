@@ -4,12 +4,12 @@
 // grpc_server.cpp and grpc_codec*.cpp; nothing here exposes them.
 //
 // Ownership: the GrpcServer borrows the ServerState (which must outlive it). Threads, never one per call:
-// ModelInfer, the hot path, is taken from completion queues by --grpc-infer-thread-count pollers, each
-// handling its events itself; the other RPCs (streams included) run on gRPC's callback API, on gRPC's own
-// small pool. An inference is queued on its model's scheduler and answered from the thread that ran it (or
-// run inline on the polling thread when the model is idle). A stream keeps at most kStreamInFlight requests
-// in flight and reads no more until one is answered (back-pressure). A timer thread cancels requests still
-// queued when their `timeout` parameter passes.
+// every RPC is taken from completion queues by --grpc-infer-thread-count pollers (one queue each), each
+// handling its events itself; a repository load or unload runs on a thread of its own. An inference is
+// queued on its model's scheduler and answered from the thread that ran it: a lone request whose model is
+// idle runs on the poller, the requests of a burst are queued and batched by the runners. A stream keeps at
+// most kStreamInFlight requests in flight and reads no more until one is answered (back-pressure). A timer
+// thread cancels requests still queued when their `timeout` parameter passes.
 // Blocking: serve() blocks until stop(), then until every RPC is answered or options.exit_timeout_s has
 // passed. Thread-safety: stop() may be called from any thread; bind() and serve() from one.
 #pragma once

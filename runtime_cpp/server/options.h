@@ -36,7 +36,7 @@ struct ServerOptions {
   // 2 medium, 3 high: grpc_compression_level), and keep-alive as Triton's flags of the same names set them.
   int grpc_port = 8001;
   int grpc_response_compression = 0;
-  int grpc_infer_threads = 2;               // threads polling ModelInfer's completion queues
+  int grpc_infer_threads = 1;               // threads polling the gRPC completion queues, one queue each
   int grpc_keepalive_time_ms = 7200000;
   int grpc_keepalive_timeout_ms = 20000;
   bool grpc_keepalive_permit_without_calls = false;

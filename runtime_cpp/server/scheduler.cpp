@@ -88,7 +88,7 @@ std::vector<Tensor> Scheduler::infer(std::vector<Tensor> inputs, std::optional<i
 }
 
 auto Scheduler::submit(std::vector<Tensor> inputs, std::vector<bool> wanted, std::vector<OutputSink> sinks,
-                       Done done) -> std::shared_ptr<Job> {
+                       Done done, bool may_run_inline) -> std::shared_ptr<Job> {
   auto job = std::make_shared<Job>();
   job->done = std::move(done);
   BatchRequest& r = job->request;
@@ -111,7 +111,7 @@ auto Scheduler::submit(std::vector<Tensor> inputs, std::vector<bool> wanted, std
     // thread hand-offs (to a runner and back) of the queued path; requests that arrive meanwhile queue and
     // batch as usual. run_inline_when_idle false keeps the hand-off (for a model that runs in microseconds,
     // the requests that arrive during it are what its batches form from).
-    run_inline = config_.run_inline_when_idle && queue_.empty() && all_idle();
+    run_inline = may_run_inline && config_.run_inline_when_idle && queue_.empty() && all_idle();
     if (run_inline) {
       instance_busy_[0] = 1;
       job->state.store(1);

@@ -63,12 +63,13 @@ class Scheduler {
   // `timeout_us` passes while queued; 400/500 from the model.
   std::vector<Tensor> infer(std::vector<Tensor> inputs, std::optional<int64_t> timeout_us,
                             std::vector<bool> wanted = {}, std::vector<OutputSink> sinks = {});
-  // infer() without the wait: queues the request (or runs it inline when the model is idle) and calls `done`
+  // infer() without the wait: queues the request (or runs it inline when the model is idle, the config allows
+  // it and so does `may_run_inline`: false for a thread that must go on reading requests) and calls `done`
   // exactly once, on the calling thread (inline), a runner's, or cancel()'s. Throws ServeError 503, without
   // calling `done`, when the queue is full or the model is being unloaded. The caller keeps the Scheduler
   // alive until `done` has been called.
   std::shared_ptr<Job> submit(std::vector<Tensor> inputs, std::vector<bool> wanted, std::vector<OutputSink> sinks,
-                              Done done);
+                              Done done, bool may_run_inline = true);
   // Cancels `job` if it is still queued (its `timeout_us` passed): it is dropped and `done` gets 503 on this
   // thread. Returns false, changing nothing, when a runner already took it.
   bool cancel(const std::shared_ptr<Job>& job, int64_t timeout_us);

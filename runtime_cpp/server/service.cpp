@@ -228,7 +228,7 @@ InferResponse infer(Scheduler& sched, InferRequest request, const SharedMemory& 
 }
 
 std::shared_ptr<Scheduler::Job> submit(Scheduler& sched, InferRequest request, const SharedMemory& shm,
-                                       Answered done) {
+                                       Answered done, bool may_run_inline) {
   auto p = std::make_shared<Pending>(prepare(sched, std::move(request), shm));
   std::vector<Tensor> inputs = std::move(p->inputs);
   const ModelInfo* info = &sched.info();
@@ -245,7 +245,8 @@ std::shared_ptr<Scheduler::Job> submit(Scheduler& sched, InferRequest request, c
                           return done({}, ServeError(500, std::string("internal error: ") + e.what()));
                         }
                         done(std::move(r), std::nullopt);
-                      });
+                      },
+                      may_run_inline);
 }
 
 InferRequest raw_request(const ModelInfo& info, std::string body) {

@@ -38,9 +38,9 @@ using Answered = std::function<void(InferResponse, std::optional<ServeError>)>;
 // as infer() does, without calling `done`), queues, and calls `done` exactly once from the thread that ran the
 // model (maybe this one). The caller keeps `scheduler` and `shm` alive until then, and drops the scheduler on
 // a thread of its own, never inside `done` (a runner cannot join itself). The request's timeout is the
-// caller's: Scheduler::cancel the returned job when it passes.
+// caller's: Scheduler::cancel the returned job when it passes. `may_run_inline` as Scheduler::submit.
 std::shared_ptr<Scheduler::Job> submit(Scheduler& scheduler, InferRequest request, const SharedMemory& shm,
-                                       Answered done);
+                                       Answered done, bool may_run_inline = true);
 
 // `Inference-Header-Content-Length: 0`: the whole body is the bytes of the model's single input; its one
 // dynamic dim (if any) is inferred from the byte count. Fills everything but `model`/`version`.
