@@ -4,7 +4,7 @@ outputs in regions, a region registered over one transport serving the other, PE
 (load with a config override, unload) over gRPC, and the flags: --api-key as `authorization` metadata,
 --max-body-bytes as the largest message, gzip and deflate requests and --grpc-infer-response-compression-level
 (bytes on the wire counted by a TCP relay in the test, so compression is seen, not assumed), the keep-alive
-flags, --grpc-port 0 and -1, and bad values of each.
+flags, --grpc-port 0 and -1, and bad values of each; SIGTERM with calls in flight and a stream open.
 
 The protocol itself is tests/test_protocol_grpc.py, whose helpers this uses. Every call has a client timeout.
 """
@@ -14,9 +14,11 @@ from __future__ import annotations
 import base64
 import json
 import re
+import signal
 import socket
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from test_protocol import close, simple_inputs
 from test_protocol import mlp_sample  # noqa: F401 (fixture: 4 rows of the MLP's sample, eager outputs)
 from test_protocol_grpc import (T, assert_good_grpc, decode, failure, grpc, grpc_request, grpcclient, normal,
                                 pb, rpc_failure, service_pb2_grpc, simple_specs, triton_inputs)
+from test_server import metric
 from test_server_shm import region  # noqa: F401 (fixture: fresh POSIX shared memory objects)
 
 shm = pytest.importorskip("tritonclient.utils.shared_memory")
@@ -424,3 +427,55 @@ def test_the_launcher_reads_flags_as_the_server_does():
     assert flag_value(("--grpc-port", "0"), "--grpc-port") == "0"
     assert flag_value(("--grpc-port=5", "--x", "--grpc-port", "7"), "--grpc-port") == "7"
     assert flag_value(("--grpc-port-other", "1", "--grpc-port"), "--grpc-port") is None
+
+
+def test_sigterm_answers_every_accepted_grpc_call(tmp_path, pkg_mlp):
+    """SIGTERM with ModelInfer calls in flight (one runner, no batching: most are still queued) and a stream
+    open with requests answered: every accepted call gets its answer, the open stream is ended at
+    --exit-timeout-secs, and the server exits 0."""
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp}, {"mlp": {"max_batch_size": 0, "num_runners": 1}})
+    n = 16
+    x = np.random.default_rng(0).standard_normal((1024, 512)).astype(np.float32)
+    request = grpc_request("mlp", [{"name": "x", "datatype": "FP32", "shape": [1024, 512], "raw": x.tobytes()}])
+    results: list = [None] * n
+    with Server("cpp", repo, "--exit-timeout-secs", "5") as s:
+        channel = grpc.insecure_channel(s.grpc_url, options=[("grpc.max_receive_message_length", 8 << 20)])
+        call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer
+        c = grpcclient.InferenceServerClient(s.grpc_url)
+        answers: list = []
+        c.start_stream(callback=lambda result, error: answers.append((result, error)), stream_timeout=60)
+        inp = grpcclient.InferInput("x", [1, 512], "FP32")
+        inp.set_data_from_numpy(x[:1])
+        c.async_stream_infer("mlp", [inp], request_id="open")
+
+        def send(i):
+            try:
+                results[i] = decode(call(request, timeout=120))["output0"].shape
+            except grpc.RpcError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while True:  # every call inside the server (queued or answered), some still waiting
+            m = s.json("GET", "/v2/models/mlp/stats")[1]["model_stats"][0]
+            text = s.request("GET", "/metrics")[2].decode()
+            pending = metric(text, "nv_inference_pending_request_count", "mlp")
+            if pending + m["inference_stats"]["success"]["count"] >= n + 1:
+                break
+            assert time.monotonic() < deadline, "calls never reached the server"
+            time.sleep(0.005)
+        assert pending > 0, "the model answered everything before SIGTERM; nothing was in flight"
+        started = time.monotonic()
+        code = s.stop(signal.SIGTERM, timeout=120)
+        for t in threads:
+            t.join(120)
+        c.stop_stream()
+        channel.close()
+        assert code == 0, s.log()
+        assert time.monotonic() - started < 5 + 10, s.log()
+        assert all(r == (1024, 512) for r in results), results
+        assert answers and answers[0][1] is None and answers[0][0].get_response().id == "open", answers
+        # ... and the stream, still open at the exit timeout, was ended by the server, not left hanging
+        assert [(r, e.status()) for r, e in answers[1:]] == [(None, "StatusCode.UNAVAILABLE")], answers
