@@ -32,6 +32,7 @@ class UnaryCall final : public CqTag {
     ++s_.calls;
     rpc_.accept(s_, &ctx_, &q_, &writer_, cq_, tag());
   }
+  ~UnaryCall() { --s_.calls; }
 
   void proceed(bool ok) override {
     if (!accepted_ && ok) {
@@ -41,7 +42,6 @@ class UnaryCall final : public CqTag {
       else answer();
       return;
     }
-    --s_.calls;
     delete this;  // Finish done, or the accept cancelled by shutdown
   }
 
