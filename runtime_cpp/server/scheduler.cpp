@@ -1,7 +1,8 @@
 // Scheduler (scheduler.h): the queue, batch forming and the runners; each batch's steps are batch.cpp's.
 //
-// Runners wait on one condition variable; each forms a batch from the head of the queue and the queued
-// requests compatible with it (same trailing dims), in arrival order. A request cancelled by its timeout is
+// Runners wait on one condition variable; each forms a batch from a leader (the head of the queue, or the
+// oldest request of a group of compatible ones that is full) and the queued requests compatible with it (same
+// trailing dims), in arrival order. A request cancelled by its timeout is
 // skipped; one already taken by a runner is always answered.
 #include "scheduler.h"
 
@@ -195,38 +196,58 @@ void Scheduler::runner_loop(size_t instance) {
 auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<std::shared_ptr<Job>> {
   std::vector<std::shared_ptr<Job>> jobs;
   const int64_t full = targets_.empty() ? config_.max_batch_size : targets_.back();
-  int64_t available = 0;  // rows a batch led by the head could take now
+  const auto& pref = config_.preferred_batch_sizes;
+  // The queued requests by trailing shape (one group per sequence bucket, say), in order of each one's oldest:
+  // its leader. rows: what a batch led by it could take now (0: the leader alone exceeds max_batch_size).
+  struct Group {
+    std::shared_ptr<Job> leader;
+    int64_t rows = 0;
+  };
+  std::vector<Group> groups;
+  Group chosen;
   for (;;) {
     while (!queue_.empty() && queue_.front()->state.load() == 2) queue_.pop_front();
     if (queue_.empty()) return jobs;
-    auto head = queue_.front();
+    chosen = Group{queue_.front(), 0};
     if (!batching()) break;
-    available = 0;
-    for (const auto& j : queue_)
-      if (j->state.load() == 0 && compatible(head->request.inputs, j->request.inputs) &&
-          available + j->request.rows <= config_.max_batch_size)
-        available += j->request.rows;
-    if (available == 0) break;  // the head alone exceeds max_batch_size: it runs alone
+    groups.clear();
+    for (const auto& j : queue_) {
+      if (j->state.load() != 0) continue;
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const Group& x) { return compatible(x.leader->request.inputs, j->request.inputs); });
+      if (g == groups.end()) g = groups.insert(groups.end(), Group{j, 0});
+      if (g->rows + j->request.rows <= config_.max_batch_size) g->rows += j->request.rows;
+    }
+    if (groups.empty()) continue;  // the head was cancelled meanwhile
     // Waiting only pays while another batch runs: its requesters are likely to send again soon, and with
-    // every instance idle a wait would just add the delay to a lone request (concurrency 1).
-    auto deadline = head->request.enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
-    const auto& pref = config_.preferred_batch_sizes;
-    bool ready = available >= full || stop_ || all_idle() || Clock::now() >= deadline ||
-                 std::find(pref.begin(), pref.end(), available) != pref.end();
-    if (ready) break;
+    // every instance idle a wait would just add the delay to a lone request (concurrency 1). Then the oldest
+    // request's group goes; until its delay is out, the oldest group that is full (or of a preferred size)
+    // goes at once, so that a full batch of one shape never waits behind a partial one of another.
+    auto deadline = groups[0].leader->request.enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
+    if (stop_ || all_idle() || Clock::now() >= deadline) {
+      chosen = groups[0];
+      break;
+    }
+    auto ready = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.rows == 0 || g.rows >= full || std::find(pref.begin(), pref.end(), g.rows) != pref.end();
+    });
+    if (ready != groups.end()) {
+      chosen = *ready;
+      break;
+    }
     cv_.wait_until(lock, deadline);
   }
   // With graph buckets, cut the batch to the largest bucket it fills; the rest leads the next batch.
   int64_t limit = config_.max_batch_size;
-  if (auto it = std::upper_bound(targets_.begin(), targets_.end(), available); it != targets_.begin())
+  if (auto it = std::upper_bound(targets_.begin(), targets_.end(), chosen.rows); it != targets_.begin())
     limit = *std::prev(it);
-  // Take the head and, when batching, every compatible queued request that still fits, in arrival order.
-  auto head = queue_.front();
+  // Take the leader and, when batching, every compatible queued request that still fits, in arrival order.
+  const auto& leader = chosen.leader;
   int64_t rows = 0;
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto& j = *it;
-    bool fits = jobs.empty() || (batching() && compatible(head->request.inputs, j->request.inputs) &&
-                                  rows + j->request.rows <= limit);
+    bool fits = j == leader || (batching() && compatible(leader->request.inputs, j->request.inputs) &&
+                                rows + j->request.rows <= limit);
     int queued = 0;
     if (fits && j->state.compare_exchange_strong(queued, 1)) {
       rows += j->request.rows;

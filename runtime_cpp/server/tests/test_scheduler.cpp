@@ -438,6 +438,30 @@ TEST(Scheduler, QueueDelayOnlyWhileAnotherBatchRuns) {
   EXPECT_NO_THROW(idle->infer({input({1, 2})}, std::chrono::duration_cast<std::chrono::microseconds>(kGuard).count()));
 }
 
+// Requests of another trailing shape (a sequence bucket) that fill a batch go at once, while the oldest
+// request, of a shape with too few to fill one, waits out its delay; it goes once every instance is idle.
+TEST(Scheduler, AFullGroupOfAnotherShapeDoesNotWaitBehindTheHead) {
+  auto model = std::make_shared<FakeModel>();
+  auto s = scheduler(model, config(/*max_batch_size=*/2, kForever), /*instances=*/2);
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1}), 2);         // the head: one of two rows, waits for more
+  auto c = queue(*s, input({2, 2, 2}), 3);      // trailing dim 3
+  auto d = queue(*s, input({3, 3, 3}), 4);      // c and d fill a batch: it goes on the second instance
+  model->wait_for_calls(2);
+  auto calls = model->calls();
+  ASSERT_EQ(rows_of(calls), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(calls[1].dim, 3);
+  EXPECT_EQ(calls[1].firsts, (std::vector<float>{2, 3}));
+  model->release();
+  for (auto* f : {&a, &b, &c, &d}) await(*f);
+  calls = model->calls();
+  ASSERT_EQ(rows_of(calls), (std::vector<int64_t>{1, 2, 1}));
+  EXPECT_EQ(calls[2].dim, 2);
+  EXPECT_EQ(calls[2].firsts, (std::vector<float>{1}));
+}
+
 // With CUDA graph buckets (and no preferred sizes), a batch is cut to the largest bucket it fills.
 TEST(Scheduler, GraphBucketsCutTheBatch) {
   auto model = std::make_shared<FakeModel>(std::vector<int64_t>{1, 2, 4, 16});
