@@ -7,7 +7,8 @@ load falls on all alike. Prints a markdown table of requests/s, p50 and p99 (med
 buckets' ratios, then the batches each server formed.
   python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
-      [--request-batch 1] [--seconds 20] [--rounds 3] [--export-arg=--static-batches=none]... [--out FILE]
+      [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json]
+      [--export-arg=--static-batches=none]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
 
@@ -45,9 +46,11 @@ def export(model: str, out: Path, device: str, dtype: str, extra: list[str]) -> 
     return time.perf_counter() - t0
 
 
-def bodies(inputs: list[str], lengths: list[int], rows: int, tmp: Path) -> list[Path]:
+def bodies(inputs: list[str], lengths: list[int], rows: int, tmp: Path, binary_outputs: bool) -> list[Path]:
     """A JSON request per length: `rows` rows of random token ids, a mask of ones (a request is as long as
-    its own tokens), every input of `inputs` at that length."""
+    its own tokens), every input of `inputs` at that length; `binary_outputs` asks for the outputs as binary
+    data after the JSON header (`binary_data_output`, what tritonclient asks for by default) instead of as
+    JSON numbers."""
     rng = np.random.default_rng(7)
     out = []
     for i, n in enumerate(lengths):
@@ -55,7 +58,8 @@ def bodies(inputs: list[str], lengths: list[int], rows: int, tmp: Path) -> list[
         tensors = [{"name": name, "shape": [rows, n], "datatype": "INT64",
                     "data": (ids if k == 0 else np.ones_like(ids)).ravel().tolist()} for k, name in enumerate(inputs)]
         path = tmp / f"body{i}.json"
-        path.write_text(json.dumps({"inputs": tensors}))
+        body = {"inputs": tensors, **({"parameters": {"binary_data_output": True}} if binary_outputs else {})}
+        path.write_text(json.dumps(body))
         out.append(path)
     return out
 
@@ -76,6 +80,8 @@ def main() -> int:
     ap.add_argument("--runners", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=20.0, help="per cell and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--outputs", choices=("binary", "json"), default="binary",
+                    help="how answers carry the outputs (binary_data_output, or JSON numbers)")
     ap.add_argument("--export-arg", action="append", default=[], help="passed to every aotc export")
     ap.add_argument("--pkg-dir", type=Path, default=REPO / ".cache" / "bench-seq")
     ap.add_argument("--out", type=Path, help="also write the report here")
@@ -98,7 +104,7 @@ def main() -> int:
     stats = {}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        files = bodies(names, lengths, args.request_batch, tmp)
+        files = bodies(names, lengths, args.request_batch, tmp, args.outputs == "binary")
         for r in range(args.rounds):
             for label in variants:  # one server at a time: each has the machine to itself
                 repo = make_repository(tmp / f"repo_{label}_{r}", {label: pkgs[label]}, {label: config}, link=True)
@@ -109,12 +115,12 @@ def main() -> int:
                     runs[label].append(res)
                     stats[label] = model_stats(srv.port, label)
                 print(f"round {r} {label}: {res['req_per_s']:.2f} req/s p50 {res['p50_ms']:.1f} ms "
-                      f"p99 {res['p99_ms']:.1f} ms", flush=True)
+                      f"p99 {res['p99_ms']:.1f} ms (the largest answer {res['answer_bytes'] / 1e3:.1f} KB)", flush=True)
     med = {label: {k: statistics.median(x[k] for x in rs) for k in ("req_per_s", "p50_ms", "p99_ms")}
            for label, rs in runs.items()}
     lines = [f"`python bench/seq_buckets.py --model {args.model} --device {args.device} --dtype {args.dtype} "
              f"--sizes {args.sizes} --lengths {args.lengths} --concurrency {args.concurrency} --request-batch "
-             f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds}"
+             f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds} --outputs {args.outputs}"
              + "".join(f" --export-arg={a}" for a in args.export_arg) + "`",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
              f"{os.cpu_count()} CPUs; {args.requests} requests of lengths {lo}..{hi} (uniform), "
