@@ -65,7 +65,8 @@ Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
   --cuda-timing N          AOTC_CUDA_TIMING of the probe stage: phase means every N replayed calls [1000]
   --tune-min M             the tune stage's aotc tune --budget-min [3]
-  --seq-args "ARGS"        more bench/seq_buckets.py arguments of the seqbench stage, e.g. "--outputs json"
+  --seq-args "ARGS"        more bench/seq_buckets.py arguments of the seqbench stage, e.g. "--outputs json";
+                           repeatable: one run each (seq_buckets.md, then seq_buckets_2.md, ...)
   -h, --help               this text
 
 Environment: OUT, where the results go. The script sets AOTC_SERVER_BIN and AOTC_CUDA_PACKAGES for the tests.
@@ -77,7 +78,7 @@ wholes() { [[ $2 =~ ^[0-9]+( [0-9]+)*$ ]] || die "$1 takes whole numbers separat
 
 BUDGET=580 TEST_TIMEOUT_S=340 TEST_ARGS=tests TEST_GPU="" EXPORT_FLAGS="" EXTRA_EXPORTS=() BENCH_ARGS=""
 EB_ARGS="" EB_TIMEOUT_S=420 EB_GPU="" TUNED_GPU=1 MULTI_INSTANCES=2 MULTI_SECONDS=8
-PROBE_BATCHES=1 PROBE_CONFIGS="default runner,default,unbatched" PROBE_BUSY_POLL_US="" CUDA_TIMING=1000 TUNE_MIN=3 SEQ_ARGS=""
+PROBE_BATCHES=1 PROBE_CONFIGS="default runner,default,unbatched" PROBE_BUSY_POLL_US="" CUDA_TIMING=1000 TUNE_MIN=3 SEQ_ARGS=()
 STAGES=""
 OPTIONS=" --budget-s --test-timeout-s --test-args --test-gpu --export-flags --extra-export --bench-args --eb-args \
 --eb-timeout-s --eb-gpu --tuned-gpu --multi-instances --multi-seconds --probe-batches --probe-configs \
@@ -112,7 +113,7 @@ while [ $# -gt 0 ]; do
     --probe-configs) PROBE_CONFIGS=$val ;;
     --probe-busy-poll-us) whole "$opt" "$val"; PROBE_BUSY_POLL_US=$val ;;
     --cuda-timing) whole "$opt" "$val"; CUDA_TIMING=$val ;;
-    --seq-args) SEQ_ARGS=$val ;;
+    --seq-args) SEQ_ARGS+=("$val") ;;
     --tune-min) [[ $val =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--tune-min takes minutes, got '$val'"; TUNE_MIN=$val ;;
   esac
 done
@@ -498,9 +499,11 @@ for s in $STAGES; do
     warmup) wait_eb; stage warmup "$OUT/warmup.log" "$PY" bench/warmup.py --package "$PKGS/bert_base.pt2" \
               --batches 1,2,4,8,16,32 --clients 16 --seconds 3 --rounds 3 --out "$OUT/warmup.md" ;;
     memory) wait_eb; stage memory "$OUT/memory.log" memory ;;
-    seqbench) wait_eb; stage seqbench "$OUT/seq_buckets.log" "$PY" bench/seq_buckets.py --device cuda \
-                --dtype fp16 --export-arg=--static-batches=none --runners 2 --seconds 8 --rounds 2 \
-                --pkg-dir /tmp/aotc-seq --out "$OUT/seq_buckets.md" $SEQ_ARGS ;;
+    seqbench) wait_eb; [ ${#SEQ_ARGS[@]} -gt 0 ] || SEQ_ARGS=("")
+              n=0; for a in "${SEQ_ARGS[@]}"; do n=$((n + 1)); sfx=$( [ $n = 1 ] || echo "_$n" )
+                stage seqbench "$OUT/seq_buckets$sfx.log" "$PY" bench/seq_buckets.py --device cuda \
+                  --dtype fp16 --export-arg=--static-batches=none --runners 2 --seconds 8 --rounds 2 \
+                  --pkg-dir /tmp/aotc-seq --out "$OUT/seq_buckets$sfx.md" $a || true; done ;;
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
     probe) wait_eb; stage probe "$OUT/probe.log" probe ;;

@@ -7,7 +7,8 @@ load falls on all alike. Prints a markdown table of requests/s, p50 and p99 (med
 buckets' ratios, then the batches each server formed.
   python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
-      [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json]
+      [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json] [--runners 1]
+      [--preferred-batch-sizes 16] [--variants buckets,padded,dynamic]
       [--export-arg=--static-batches=none]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
@@ -78,6 +79,10 @@ def main() -> int:
     ap.add_argument("--max-batch-size", type=int, default=16)
     ap.add_argument("--max-queue-delay-us", type=int, default=2000)
     ap.add_argument("--runners", type=int, default=1)
+    ap.add_argument("--preferred-batch-sizes", default="",
+                    help="the config's preferred_batch_sizes, comma-separated (none: batches are cut to the "
+                         "largest CUDA-graph bucket they fill)")
+    ap.add_argument("--variants", default="buckets,padded,dynamic", help="which packages to measure")
     ap.add_argument("--seconds", type=float, default=20.0, help="per cell and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--outputs", choices=("binary", "json"), default="binary",
@@ -91,6 +96,10 @@ def main() -> int:
     largest = args.sizes.split(",")[-1]
     variants = {"buckets": ["--seq-buckets", f"{args.inputs}={args.sizes}"],
                 "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
+    wanted = args.variants.split(",")
+    if "buckets" not in wanted or any(v not in variants for v in wanted):
+        ap.error(f"--variants takes buckets and any of padded, dynamic; got {args.variants!r}")
+    variants = {k: v for k, v in variants.items() if k in wanted}
     args.pkg_dir.mkdir(parents=True, exist_ok=True)
     pkgs, export_s = {}, {}
     for label, flags in variants.items():
@@ -100,6 +109,8 @@ def main() -> int:
     lengths = [int(n) for n in np.random.default_rng(3).integers(lo, hi + 1, args.requests)]
     config = {"max_batch_size": args.max_batch_size, "max_queue_delay_us": args.max_queue_delay_us,
               "num_runners": args.runners}
+    if args.preferred_batch_sizes:
+        config["preferred_batch_sizes"] = [int(v) for v in args.preferred_batch_sizes.split(",")]
     runs: dict[str, list[dict]] = {label: [] for label in variants}
     stats = {}
     with tempfile.TemporaryDirectory() as t:
@@ -120,7 +131,9 @@ def main() -> int:
            for label, rs in runs.items()}
     lines = [f"`python bench/seq_buckets.py --model {args.model} --device {args.device} --dtype {args.dtype} "
              f"--sizes {args.sizes} --lengths {args.lengths} --concurrency {args.concurrency} --request-batch "
-             f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds} --outputs {args.outputs}"
+             f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds} --outputs {args.outputs} "
+             f"--runners {args.runners} --variants {args.variants}"
+             + (f" --preferred-batch-sizes {args.preferred_batch_sizes}" if args.preferred_batch_sizes else "")
              + "".join(f" --export-arg={a}" for a in args.export_arg) + "`",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
              f"{os.cpu_count()} CPUs; {args.requests} requests of lengths {lo}..{hi} (uniform), "
@@ -132,13 +145,14 @@ def main() -> int:
         lines.append(f"| {label} | {m['req_per_s']:.2f} | {m['p50_ms']:.1f} | {m['p99_ms']:.1f} | "
                      f"{export_s[label]:.0f} | {pkgs[label].stat().st_size / 1e6:.0f} |")
     b = med["buckets"]
-    lines += ["", f"buckets / padded: throughput {b['req_per_s'] / med['padded']['req_per_s']:.2f}x, "
-                  f"p99 {b['p99_ms'] / med['padded']['p99_ms']:.2f}x; buckets / dynamic: throughput "
-                  f"{b['req_per_s'] / med['dynamic']['req_per_s']:.2f}x, p99 {b['p99_ms'] / med['dynamic']['p99_ms']:.2f}x",
-              "", "batches formed (last round: batch size x executions):"]
+    ratios = [f"buckets / {label}: throughput {b['req_per_s'] / m['req_per_s']:.2f}x, "
+              f"p99 {b['p99_ms'] / m['p99_ms']:.2f}x" for label, m in med.items() if label != "buckets"]
+    lines += ["", "; ".join(ratios), "",
+              "batches formed (last round: batch size x executions, mean compute ms per execution):"]
     for label, st in stats.items():
-        formed = sorted((s["batch_size"], s["compute_infer"]["count"]) for s in st["batch_stats"])
-        lines.append(f"- {label}: " + ", ".join(f"{n}x{c}" for n, c in formed))
+        formed = sorted((s["batch_size"], s["compute_infer"]["count"], s["compute_infer"]["ns"])
+                        for s in st["batch_stats"])
+        lines.append(f"- {label}: " + ", ".join(f"{n}x{c} ({ns / max(c, 1) / 1e6:.2f})" for n, c, ns in formed))
     report = "\n".join(lines)
     print(report)
     if args.out:
