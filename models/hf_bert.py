@@ -18,9 +18,9 @@ MAX_BATCH = 16
 MIN_SEQ, MAX_SEQ = 8, 128
 
 
-def _build(**config) -> torch.nn.Module:
+def _build(max_seq: int = MAX_SEQ, **config) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=VOCAB, max_position_embeddings=MAX_SEQ, attn_implementation="sdpa", **config)
+    cfg = BertConfig(vocab_size=VOCAB, max_position_embeddings=max_seq, attn_implementation="sdpa", **config)
     return BertModel(cfg).eval()
 
 
