@@ -210,29 +210,40 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
     if (queue_.empty()) return jobs;
     chosen = Group{queue_.front(), 0};
     if (!batching()) break;
+    // Waiting only pays while another batch runs: its requesters are likely to send again soon, and with
+    // every instance idle a wait would just add the delay to a lone request (concurrency 1). Then the oldest
+    // request's group goes; until its delay is out, the first group to fill (or, of those left partial, the
+    // oldest of a preferred size) goes at once, so that a full batch of one shape never waits behind a
+    // partial one of another.
+    const auto& head = queue_.front()->request;
+    const auto deadline = head.enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
+    const bool head_goes = stop_ || all_idle() || Clock::now() >= deadline;
     groups.clear();
+    const Group* full_group = nullptr;
     for (const auto& j : queue_) {
       if (j->state.load() != 0) continue;
       auto g = std::find_if(groups.begin(), groups.end(),
                             [&](const Group& x) { return compatible(x.leader->request.inputs, j->request.inputs); });
-      if (g == groups.end()) g = groups.insert(groups.end(), Group{j, 0});
+      if (g == groups.end()) {
+        if (head_goes && !groups.empty()) continue;  // only the head's group counts
+        g = groups.insert(groups.end(), Group{j, 0});
+      }
       if (g->rows + j->request.rows <= config_.max_batch_size) g->rows += j->request.rows;
+      if (!head_goes && g->rows >= full) {
+        full_group = &*g;
+        break;
+      }
     }
     if (groups.empty()) continue;  // the head was cancelled meanwhile
-    // Waiting only pays while another batch runs: its requesters are likely to send again soon, and with
-    // every instance idle a wait would just add the delay to a lone request (concurrency 1). Then the oldest
-    // request's group goes; until its delay is out, the oldest group that is full (or of a preferred size)
-    // goes at once, so that a full batch of one shape never waits behind a partial one of another.
-    auto deadline = groups[0].leader->request.enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
-    if (stop_ || all_idle() || Clock::now() >= deadline) {
+    if (head_goes) {
       chosen = groups[0];
       break;
     }
     auto ready = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-      return g.rows == 0 || g.rows >= full || std::find(pref.begin(), pref.end(), g.rows) != pref.end();
+      return g.rows == 0 || std::find(pref.begin(), pref.end(), g.rows) != pref.end();
     });
-    if (ready != groups.end()) {
-      chosen = *ready;
+    if (full_group || ready != groups.end()) {
+      chosen = full_group ? *full_group : *ready;
       break;
     }
     cv_.wait_until(lock, deadline);

@@ -462,6 +462,26 @@ TEST(Scheduler, AFullGroupOfAnotherShapeDoesNotWaitBehindTheHead) {
   EXPECT_EQ(calls[2].firsts, (std::vector<float>{1}));
 }
 
+// Likewise a group of another shape that reaches a preferred size, while the head's group is of none.
+TEST(Scheduler, APreferredGroupOfAnotherShapeGoesWhileTheHeadWaits) {
+  auto model = std::make_shared<FakeModel>();
+  ModelConfig c = config(/*max_batch_size=*/8, kForever);
+  c.preferred_batch_sizes = {2};
+  auto s = scheduler(model, c, /*instances=*/2);
+  model->hold();
+  auto a = queue(*s, input({0, 0}), 1);
+  model->wait_for_calls(1);
+  auto b = queue(*s, input({1, 1, 1}), 2);       // the head: dim 3, one row of no preferred size
+  auto d = queue(*s, input({2, 2, 3, 3}, 2), 3);  // dim 2, two rows: a preferred size
+  model->wait_for_calls(2);
+  auto calls = model->calls();
+  ASSERT_EQ(rows_of(calls), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(calls[1].dim, 2);
+  model->release();
+  for (auto* f : {&a, &b, &d}) await(*f);
+  EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 2, 1}));
+}
+
 // With CUDA graph buckets (and no preferred sizes), a batch is cut to the largest bucket it fills.
 TEST(Scheduler, GraphBucketsCutTheBatch) {
   auto model = std::make_shared<FakeModel>(std::vector<int64_t>{1, 2, 4, 16});
