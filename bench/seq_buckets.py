@@ -9,7 +9,7 @@ buckets' ratios, then the batches each server formed.
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
       [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json] [--runners 1]
       [--preferred-batch-sizes 16] [--variants buckets,padded,dynamic]
-      [--export-arg=--static-batches=none]... [--out FILE]
+      [--export-arg=--static-batches=none]... [--server-arg=--intra-op-threads=1]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
 
@@ -87,6 +87,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--outputs", choices=("binary", "json"), default="binary",
                     help="how answers carry the outputs (binary_data_output, or JSON numbers)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="passed to every aotc-server, e.g. --server-arg=--intra-op-threads=1")
     ap.add_argument("--export-arg", action="append", default=[], help="passed to every aotc export")
     ap.add_argument("--pkg-dir", type=Path, default=REPO / ".cache" / "bench-seq")
     ap.add_argument("--out", type=Path, help="also write the report here")
@@ -119,7 +121,7 @@ def main() -> int:
         for r in range(args.rounds):
             for label in variants:  # one server at a time: each has the machine to itself
                 repo = make_repository(tmp / f"repo_{label}_{r}", {label: pkgs[label]}, {label: config}, link=True)
-                with Server("cpp", repo) as srv:
+                with Server("cpp", repo, *args.server_arg) as srv:
                     res = bodies_load(srv.port, label, files, args.concurrency, args.seconds)
                     if res["errors"]:
                         raise SystemExit(f"{label}: {res['errors']} errors: {res['error_counts']}")
@@ -134,7 +136,8 @@ def main() -> int:
              f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds} --outputs {args.outputs} "
              f"--runners {args.runners} --variants {args.variants}"
              + (f" --preferred-batch-sizes {args.preferred_batch_sizes}" if args.preferred_batch_sizes else "")
-             + "".join(f" --export-arg={a}" for a in args.export_arg) + "`",
+             + "".join(f" --export-arg={a}" for a in args.export_arg)
+             + "".join(f" --server-arg={a}" for a in args.server_arg) + "`",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
              f"{os.cpu_count()} CPUs; {args.requests} requests of lengths {lo}..{hi} (uniform), "
              f"max_batch_size {args.max_batch_size}, max_queue_delay_us {args.max_queue_delay_us}, "
