@@ -1,7 +1,7 @@
 // Scheduler (scheduler.h): the queue, batch forming and the runners; each batch's steps are batch.cpp's.
 //
 // Runners wait on one condition variable; each forms a batch from a leader (the head of the queue, or the
-// oldest request of a group of compatible ones that is full) and the queued requests compatible with it (same
+// oldest request of a group of compatible ones that filled) and the queued requests compatible with it (same
 // trailing dims), in arrival order. A request cancelled by its timeout is skipped; one already taken by a
 // runner is always answered.
 #include "scheduler.h"
