@@ -7,8 +7,9 @@
 // requests (at most max_queue_delay_us after the oldest one arrived; a preferred batch size goes at once) only
 // while another batch of this model is executing; with every instance idle, a runner takes what is queued at
 // once. Requests of another trailing shape (another sequence bucket) form groups of their own: while the
-// oldest request waits out its delay, the first group to fill goes at once. A request that finds nothing queued and every instance idle runs on the calling thread (no hand-off
-// to a runner) when the config's run_inline_when_idle allows it (the default). A CUDA package replayed as
+// oldest request waits out its delay, the first group to fill goes at once. A request that finds nothing
+// queued and every instance idle runs on the calling thread (no hand-off to a runner) when the config's
+// run_inline_when_idle allows it (the default). A CUDA package replayed as
 // CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set, batches are then cut
 // to the largest bucket the queue fills (the rest waits for the next batch), so no rows are padded.
 // Blocking: infer() blocks the calling thread until its answer is ready; submit() returns at once (unless it
