@@ -503,7 +503,7 @@ for s in $STAGES; do
               n=0; for a in "${SEQ_ARGS[@]}"; do n=$((n + 1)); sfx=$( [ $n = 1 ] || echo "_$n" )
                 stage seqbench "$OUT/seq_buckets$sfx.log" "$PY" bench/seq_buckets.py --device cuda \
                   --dtype fp16 --export-arg=--static-batches=none --runners 2 --seconds 8 --rounds 2 \
-                  --pkg-dir /tmp/aotc-seq --out "$OUT/seq_buckets$sfx.md" $a || true; done ;;
+                  --pkg-dir /tmp/aotc-seq --out "$OUT/seq_buckets$sfx.md" $a; done ;;
     phases) wait_eb; stage phases "$OUT/phases.log" phases ;;
     pacing) wait_eb; stage pacing "$OUT/pacing.log" pacing ;;
     probe) wait_eb; stage probe "$OUT/probe.log" probe ;;

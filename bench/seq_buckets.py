@@ -65,6 +65,17 @@ def bodies(inputs: list[str], lengths: list[int], rows: int, tmp: Path, binary_o
     return out
 
 
+def batch_sizes(text: str) -> list[int]:
+    """--preferred-batch-sizes: positive whole numbers, comma-separated."""
+    try:
+        sizes = [int(v) for v in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"takes positive whole numbers separated by commas, e.g. 4,8; got {text!r}")
+    return sizes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/hf_bert.py:base")
@@ -79,7 +90,7 @@ def main() -> int:
     ap.add_argument("--max-batch-size", type=int, default=16)
     ap.add_argument("--max-queue-delay-us", type=int, default=2000)
     ap.add_argument("--runners", type=int, default=1)
-    ap.add_argument("--preferred-batch-sizes", default="",
+    ap.add_argument("--preferred-batch-sizes", type=batch_sizes, default=[],
                     help="the config's preferred_batch_sizes, comma-separated (none: batches are cut to the "
                          "largest CUDA-graph bucket they fill)")
     ap.add_argument("--variants", default="buckets,padded,dynamic", help="which packages to measure")
@@ -112,7 +123,7 @@ def main() -> int:
     config = {"max_batch_size": args.max_batch_size, "max_queue_delay_us": args.max_queue_delay_us,
               "num_runners": args.runners}
     if args.preferred_batch_sizes:
-        config["preferred_batch_sizes"] = [int(v) for v in args.preferred_batch_sizes.split(",")]
+        config["preferred_batch_sizes"] = args.preferred_batch_sizes
     runs: dict[str, list[dict]] = {label: [] for label in variants}
     stats = {}
     with tempfile.TemporaryDirectory() as t:
@@ -135,7 +146,8 @@ def main() -> int:
              f"--sizes {args.sizes} --lengths {args.lengths} --concurrency {args.concurrency} --request-batch "
              f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds} --outputs {args.outputs} "
              f"--runners {args.runners} --variants {args.variants}"
-             + (f" --preferred-batch-sizes {args.preferred_batch_sizes}" if args.preferred_batch_sizes else "")
+             + (f" --preferred-batch-sizes {','.join(map(str, args.preferred_batch_sizes))}"
+                if args.preferred_batch_sizes else "")
              + "".join(f" --export-arg={a}" for a in args.export_arg)
              + "".join(f" --server-arg={a}" for a in args.server_arg) + "`",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "

@@ -24,12 +24,16 @@ def _build(max_seq: int = MAX_SEQ, **config) -> torch.nn.Module:
     return BertModel(cfg).eval()
 
 
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+BASE = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+
+
 def model() -> torch.nn.Module:
-    return _build(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+    return _build(**SMALL)
 
 
 def base() -> torch.nn.Module:
-    return _build(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    return _build(**BASE)
 
 
 def make_inputs(batch: int = 4, seq: int = 32) -> tuple:

@@ -22,12 +22,11 @@ tolerance = _bert.tolerance
 
 
 def model() -> torch.nn.Module:
-    return _bert._build(MAX_SEQ, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
+    return _bert._build(MAX_SEQ, **_bert.SMALL)
 
 
 def base() -> torch.nn.Module:
-    return _bert._build(MAX_SEQ, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072)
+    return _bert._build(MAX_SEQ, **_bert.BASE)
 
 
 def dynamic_shapes():
