@@ -15,7 +15,7 @@ APT_PKGS  := libboost1.81-dev rapidjson-dev libgtest-dev zlib1g-dev libssl-dev c
 # gRPC: the C++ library and protoc with its gRPC plugin (runtime_cpp/server/CMakeLists.txt), found by pkg-config.
 APT_PKGS  += libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config
 PY_DEPS   := numpy pybind11 scikit-build-core cmake ninja fastapi uvicorn 'tritonclient[http,grpc]' \
-             pytest pytest-timeout hypothesis httpx matplotlib triton jsonschema pyyaml
+             pytest pytest-timeout pytest-xdist hypothesis httpx matplotlib triton jsonschema pyyaml
 # The example models of libraries (models/hf_bert.py, gpt2.py, torchrec_ebc.py). None may pull in torch (an
 # unpinned one is a multi-GB CUDA build): torchrec goes in with --no-deps (it pins a GPU fbgemm and an old
 # torchmetrics), beside the CPU fbgemm of its version; torchvision stays out (its only wheel here is a CUDA
@@ -25,7 +25,7 @@ NO_DEPS   := torchrec==1.8.0
 # For test-sanitize: clang-14 and libclang-rt-14-dev (libFuzzer), llvm-14 (llvm-symbolizer for the stacks).
 APT_PKGS  += clang-14 libclang-rt-14-dev llvm-14
 
-.PHONY: all deps build demo test test-cpp test-py test-sanitize test-asan test-tsan test-fuzz bench clean
+.PHONY: all deps build demo test test-cpp test-py test-sanitize sanitize-binaries test-asan test-tsan test-fuzz bench clean
 
 all: build
 
@@ -59,11 +59,15 @@ build: deps
 	$(PIP) install -q --no-build-isolation --no-deps -e . \
 	  -Cbuild-dir=$(BUILD_DIR) -Ccmake.define.CMAKE_PREFIX_PATH=$$($(PY) -c 'import torch;print(torch.utils.cmake_prefix_path)')
 
+# TEST_JOBS: pytest workers (pytest-xdist), each taking whole test files; the suite is mostly exports, a
+# compiler each, so two workers on two cores take it from 22 to 12 minutes.
+TEST_JOBS ?= 2
+
 test-cpp: build
-	$(VENV)/bin/ctest --test-dir $(BUILD_DIR) --output-on-failure
+	$(VENV)/bin/ctest --test-dir $(BUILD_DIR) -j2 --output-on-failure
 
 test-py: build
-	$(PY) -m pytest -q -m "not cuda and not slow" --timeout=900 --durations=25 tests
+	$(PY) -m pytest -q -m "not cuda and not slow" --timeout=900 --durations=25 -n $(TEST_JOBS) --dist loadfile tests
 
 test: test-cpp test-py test-sanitize
 
@@ -102,7 +106,11 @@ SERVER_HDRS  := $(wildcard runtime_cpp/server/*.h)
 FUZZ_GRPC_SRCS := $(addprefix runtime_cpp/server/,fuzz/fuzz_grpc_infer.cpp grpc_codec.cpp types.cpp)
 PROTOS         := $(wildcard runtime_cpp/server/proto/*.proto)
 
-test-sanitize: test-asan test-tsan test-fuzz
+# sanitize-binaries first: the TSan and fuzz builds are one compiler per source, two at a time
+test-sanitize: sanitize-binaries test-asan test-tsan test-fuzz
+
+sanitize-binaries: | $(VENV)/.apt-stamp
+	$(MAKE) -j2 $(TSAN_DIR)/server_tests $(FUZZ_DIR)/fuzz_infer $(FUZZ_DIR)/fuzz_grpc_infer
 
 test-asan: build
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DAOTC_SANITIZE=address,undefined \
@@ -111,7 +119,7 @@ test-asan: build
 	rm -rf $(ASAN_DIR)/reports && mkdir -p $(ASAN_DIR)/reports
 	$(ASAN_ENV) $(VENV)/bin/ctest --test-dir $(ASAN_DIR) -j2 --output-on-failure
 	$(ASAN_ENV) $(ASAN_LOGS) AOTC_SERVER_BIN=$(CURDIR)/$(ASAN_DIR)/runtime_cpp/server/aotc-server \
-	  $(PY) -m pytest -q -k "not python" --timeout=600 $(ASAN_TESTS)
+	  $(PY) -m pytest -q -k "not python" --timeout=600 -n $(TEST_JOBS) --dist loadfile $(ASAN_TESTS)
 	@if ls $(ASAN_DIR)/reports/* >/dev/null 2>&1; then cat $(ASAN_DIR)/reports/*; \
 	  echo "test-asan: the sanitizer reports above"; exit 1; fi
 
@@ -123,21 +131,34 @@ $(TSAN_DIR)/server_tests: $(TSAN_SRCS) $(SERVER_HDRS) | $(VENV)/.apt-stamp
 test-tsan: $(TSAN_DIR)/server_tests
 	TSAN_OPTIONS=halt_on_error=1 $< --gtest_repeat=20 --gtest_brief=1
 
-$(FUZZ_DIR)/fuzz_infer: $(FUZZ_SRCS) $(SERVER_HDRS) runtime_cpp/server/fuzz/ignorelist.txt | $(VENV)/.apt-stamp
+# Each fuzz source compiles to an object of its own under $(FUZZ_DIR)/obj, so that test-sanitize's `make -j2`
+# builds them side by side (protoc's message code alone is most of a minute).
+FUZZ_CXX := clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+            -fsanitize-ignorelist=runtime_cpp/server/fuzz/ignorelist.txt -Wall -Wextra -Iruntime_cpp/server
+fuzz_objs = $(patsubst runtime_cpp/server/%.cpp,$(FUZZ_DIR)/obj/%.o,$(1))
+FUZZ_PB_OBJS := $(FUZZ_DIR)/obj/grpc_service.pb.o $(FUZZ_DIR)/obj/model_config.pb.o
+
+$(FUZZ_DIR)/obj/%.o: runtime_cpp/server/%.cpp $(SERVER_HDRS) runtime_cpp/server/fuzz/ignorelist.txt | $(VENV)/.apt-stamp
 	@mkdir -p $(@D)
-	clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  -fsanitize-ignorelist=runtime_cpp/server/fuzz/ignorelist.txt -Wall -Wextra -Iruntime_cpp/server $(FUZZ_SRCS) -o $@
+	$(FUZZ_CXX) -c $< -o $@
+
+$(FUZZ_DIR)/obj/%.pb.o: $(FUZZ_DIR)/proto/grpc_service.pb.cc runtime_cpp/server/fuzz/ignorelist.txt
+	@mkdir -p $(@D)
+	$(FUZZ_CXX) $$(pkg-config --cflags protobuf) -c $(FUZZ_DIR)/proto/$*.pb.cc -o $@
+
+$(FUZZ_DIR)/fuzz_infer: $(call fuzz_objs,$(FUZZ_SRCS))
+	$(FUZZ_CXX) $^ -o $@
 
 $(FUZZ_DIR)/proto/grpc_service.pb.cc: $(PROTOS) | $(VENV)/.apt-stamp
 	@mkdir -p $(@D)
 	protoc -I runtime_cpp/server/proto --cpp_out=$(@D) grpc_service.proto model_config.proto
 
-$(FUZZ_DIR)/fuzz_grpc_infer: $(FUZZ_GRPC_SRCS) $(SERVER_HDRS) $(FUZZ_DIR)/proto/grpc_service.pb.cc \
-                             runtime_cpp/server/fuzz/ignorelist.txt
-	clang++-14 -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  -fsanitize-ignorelist=runtime_cpp/server/fuzz/ignorelist.txt -Wall -Wextra -Iruntime_cpp/server \
-	  -I$(FUZZ_DIR)/proto $(FUZZ_GRPC_SRCS) $(FUZZ_DIR)/proto/grpc_service.pb.cc $(FUZZ_DIR)/proto/model_config.pb.cc \
-	  $$(pkg-config --cflags --libs grpc++ protobuf) -o $@
+# the gRPC codec and the target include protoc's headers
+$(call fuzz_objs,$(FUZZ_GRPC_SRCS)): FUZZ_CXX += -I$(FUZZ_DIR)/proto $$(pkg-config --cflags grpc++ protobuf)
+$(call fuzz_objs,$(FUZZ_GRPC_SRCS)): $(FUZZ_DIR)/proto/grpc_service.pb.cc
+
+$(FUZZ_DIR)/fuzz_grpc_infer: $(call fuzz_objs,$(FUZZ_GRPC_SRCS)) $(FUZZ_PB_OBJS)
+	$(FUZZ_CXX) $^ $$(pkg-config --libs grpc++ protobuf) -o $@
 
 test-fuzz: $(FUZZ_DIR)/fuzz_infer $(FUZZ_DIR)/fuzz_grpc_infer
 	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes $(FUZZ_DIR)/corpus_grpc

@@ -122,6 +122,7 @@ def test_choose_needs_a_margin_over_aten_on_every_workload():
 
 @pytest.mark.parametrize("include_last_offset", [False, True])
 def test_scaled_workload_repeats_the_bags(include_last_offset):
+    torch.manual_seed(3)
     weight = torch.randn(20, 4)
     ids, offsets = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([0, 2, 2])
     if include_last_offset:
@@ -145,7 +146,10 @@ def test_scaled_workload_repeats_the_bags(include_last_offset):
     assert off3.tolist()[:4] == [0, 6, 6, 15] and ids3.shape[0] == 45
     long = torch.nn.functional.embedding_bag(ids3, w, off3, mode="sum", per_sample_weights=psw3,
                                              include_last_offset=include_last_offset)
-    assert long.shape[0] == 9 and torch.allclose(long[:3], 3 * small) and torch.allclose(long[6:], 3 * small)
+    # atol: a bag's sum of products that cancels to near 0 differs in its last bits when summed in another order
+    assert long.shape[0] == 9
+    torch.testing.assert_close(long[:3], 3 * small, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(long[6:], 3 * small, rtol=1e-5, atol=1e-5)
 
 
 def test_node_whose_extra_outputs_are_used_stays_on_aten():
