@@ -3,12 +3,14 @@ exported three ways (`--seq-buckets INPUTS=SIZES`; `--seq-buckets INPUTS=MAX`, e
 longest; no buckets, the sequence dim dynamic), each served by aotc-server with dynamic batching, loaded by
 `aotc-load` at one concurrency with requests whose lengths are drawn uniformly from a range (each connection
 sends a fixed list of them in turn, starting at its own place). The cells take turns in rounds, so drifting
-load falls on all alike. Prints a markdown table of requests/s, p50 and p99 (medians of rounds) and the
-buckets' ratios, then the batches each server formed.
+load falls on all alike. "unpromoted" serves the buckets' package with `seq_bucket_promotion` off (each
+bucket batches alone; docs/server.md, Batching). Prints a markdown table of requests/s, p50 and p99 (medians
+of rounds) and the buckets' ratios, then the batches each server formed and how many requests ran padded to
+a longer bucket than their own.
   python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
       [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json] [--runners 1]
-      [--preferred-batch-sizes 16] [--variants buckets,padded,dynamic]
+      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,padded,dynamic]
       [--export-arg=--static-batches=none]... [--server-arg=--intra-op-threads=1]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
@@ -25,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import urllib.request
 
 import numpy as np
 
@@ -76,6 +80,15 @@ def batch_sizes(text: str) -> list[int]:
     return sizes
 
 
+def promoted_count(port: int, model: str) -> int | None:
+    """aotc_seq_promoted_count of `model` from /metrics (None where the package has no buckets' series)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith("aotc_seq_promoted_count{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="models/hf_bert.py:base")
@@ -93,7 +106,7 @@ def main() -> int:
     ap.add_argument("--preferred-batch-sizes", type=batch_sizes, default=[],
                     help="the config's preferred_batch_sizes, comma-separated (none: batches are cut to the "
                          "largest CUDA-graph bucket they fill)")
-    ap.add_argument("--variants", default="buckets,padded,dynamic", help="which packages to measure")
+    ap.add_argument("--variants", default="buckets,unpromoted,padded,dynamic", help="which packages to measure")
     ap.add_argument("--seconds", type=float, default=20.0, help="per cell and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--outputs", choices=("binary", "json"), default="binary",
@@ -108,14 +121,17 @@ def main() -> int:
     names = [item.split(":")[0] for item in args.inputs.split(",")]
     largest = args.sizes.split(",")[-1]
     variants = {"buckets": ["--seq-buckets", f"{args.inputs}={args.sizes}"],
-                "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
+                "unpromoted": None, "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
     wanted = args.variants.split(",")
     if "buckets" not in wanted or any(v not in variants for v in wanted):
-        ap.error(f"--variants takes buckets and any of padded, dynamic; got {args.variants!r}")
+        ap.error(f"--variants takes buckets and any of unpromoted, padded, dynamic; got {args.variants!r}")
     variants = {k: v for k, v in variants.items() if k in wanted}
     args.pkg_dir.mkdir(parents=True, exist_ok=True)
     pkgs, export_s = {}, {}
     for label, flags in variants.items():
+        if flags is None:  # unpromoted: the buckets' package
+            pkgs[label], export_s[label] = pkgs["buckets"], export_s["buckets"]
+            continue
         pkgs[label] = args.pkg_dir / f"{label}_{args.device}_{args.dtype}.pt2"
         export_s[label] = export(args.model, pkgs[label], args.device, args.dtype, flags + args.export_arg)
         print(f"exported {label}: {export_s[label]:.0f} s, {pkgs[label].stat().st_size / 1e6:.0f} MB", flush=True)
@@ -124,20 +140,23 @@ def main() -> int:
               "num_runners": args.runners}
     if args.preferred_batch_sizes:
         config["preferred_batch_sizes"] = args.preferred_batch_sizes
+    configs = {label: dict(config, seq_bucket_promotion=label != "unpromoted") if label != "dynamic" else config
+               for label in variants}
     runs: dict[str, list[dict]] = {label: [] for label in variants}
-    stats = {}
+    stats, promoted = {}, {}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         files = bodies(names, lengths, args.request_batch, tmp, args.outputs == "binary")
         for r in range(args.rounds):
             for label in variants:  # one server at a time: each has the machine to itself
-                repo = make_repository(tmp / f"repo_{label}_{r}", {label: pkgs[label]}, {label: config}, link=True)
+                repo = make_repository(tmp / f"repo_{label}_{r}", {label: pkgs[label]}, {label: configs[label]}, link=True)
                 with Server("cpp", repo, *args.server_arg) as srv:
                     res = bodies_load(srv.port, label, files, args.concurrency, args.seconds)
                     if res["errors"]:
                         raise SystemExit(f"{label}: {res['errors']} errors: {res['error_counts']}")
                     runs[label].append(res)
                     stats[label] = model_stats(srv.port, label)
+                    promoted[label] = promoted_count(srv.port, label)
                 print(f"round {r} {label}: {res['req_per_s']:.2f} req/s p50 {res['p50_ms']:.1f} ms "
                       f"p99 {res['p99_ms']:.1f} ms (the largest answer {res['answer_bytes'] / 1e3:.1f} KB)", flush=True)
     med = {label: {k: statistics.median(x[k] for x in rs) for k in ("req_per_s", "p50_ms", "p99_ms")}
@@ -167,7 +186,8 @@ def main() -> int:
     for label, st in stats.items():
         formed = sorted((s["batch_size"], s["compute_infer"]["count"], s["compute_infer"]["ns"])
                         for s in st["batch_stats"])
-        lines.append(f"- {label}: " + ", ".join(f"{n}x{c} ({ns / max(c, 1) / 1e6:.2f})" for n, c, ns in formed))
+        lines.append(f"- {label}: " + ", ".join(f"{n}x{c} ({ns / max(c, 1) / 1e6:.2f})" for n, c, ns in formed)
+                     + (f"; {promoted[label]} requests promoted" if promoted[label] is not None else ""))
     report = "\n".join(lines)
     print(report)
     if args.out:

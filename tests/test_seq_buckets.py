@@ -161,6 +161,46 @@ def test_the_server_batches_lengths_of_one_bucket_and_answers_each_at_its_own(tm
         assert status == 200
 
 
+def _promoted(s) -> int:
+    status, _, text = s.request("GET", "/metrics")
+    assert status == 200
+    line = next(l for l in text.decode().splitlines() if l.startswith("aotc_seq_promoted_count{"))
+    return int(float(line.rsplit(" ", 1)[1]))
+
+
+def test_promotion_pads_shorter_buckets_into_a_longer_batch_and_answers_each_at_its_own(tmp_path, pkg):
+    """seq_bucket_promotion: requests of bucket 16 run in bucket 64's batches where the measured calls say so;
+    every answer still equals eager at its own length. The tiny model's calls cost about the same at 16 and 64
+    tokens a row (its fixed cost dominates), so promotion is what the cost fit chooses here."""
+    repo = make_repository(tmp_path / "repo", {"bert": pkg},
+                           {"bert": {"max_batch_size": 16, "max_queue_delay_us": 200000,
+                                     "run_inline_when_idle": False, "seq_bucket_promotion": True}})
+    lengths = [9, 50, 12, 64, 16, 40, 10, 33] * 2  # bucket 16 and bucket 64 taking turns
+    cases = [_inputs(1, n, 300 + i) for i, n in enumerate(lengths)]
+    refs = [eager_reference("models/hf_bert.py", inputs=c)[2] for c in cases]
+    with Server("cpp", repo) as s:
+        _, cfg = s.json("GET", "/v2/models/bert/config")
+        assert cfg["seq_bucket_promotion"] is True, cfg
+        for c in cases[:4]:  # one at a time: calls at both lengths for the cost fit
+            assert s.json("POST", "/v2/models/bert/infer", _body(*c))[0] == 200
+
+        def client(i):
+            status, r = s.json("POST", "/v2/models/bert/infer", _body(*cases[i]))
+            assert status == 200, r
+            out = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in r["outputs"]}
+            assert out["last_hidden_state"].shape == (1, lengths[i], 64)
+            np.testing.assert_allclose(out["last_hidden_state"], refs[i][0].numpy(), atol=1e-4, rtol=1e-3)
+            np.testing.assert_allclose(out["pooler_output"], refs[i][1].numpy(), atol=1e-4, rtol=1e-3)
+
+        promoted = 0
+        for _ in range(3):  # rounds of concurrent clients, until one promotes
+            assert run_clients(len(cases), client) == []
+            promoted = _promoted(s)
+            if promoted:
+                break
+        assert promoted > 0, "no request of bucket 16 ran in a bucket-64 batch"
+
+
 def test_grpc_and_shared_memory_answers_are_cut_to_the_request(tmp_path, pkg):
     import tritonclient.grpc as grpcclient
     import tritonclient.utils.shared_memory as shm

@@ -27,7 +27,7 @@ ModelConfig parse_model_config(const std::string& text, bool strict) {
   parse_document(doc, text, "config.json");
   if (strict) {
     static const char* const kKeys[] = {"max_batch_size", "max_queue_delay_us", "preferred_batch_sizes",
-                                        "run_inline_when_idle", "num_runners", "max_queue_size", "device_index",
+                                        "run_inline_when_idle", "seq_bucket_promotion", "num_runners", "max_queue_size", "device_index",
                                         "instance_group", "model_warmup", "name"};
     for (const auto& m : doc.GetObject()) {
       std::string key = str(m.name);
@@ -59,6 +59,10 @@ ModelConfig parse_model_config(const std::string& text, bool strict) {
   if (const Value* v = member(doc, "run_inline_when_idle")) {
     if (!v->IsBool()) throw bad_request("config.json: 'run_inline_when_idle' must be true or false");
     c.run_inline_when_idle = v->GetBool();
+  }
+  if (const Value* v = member(doc, "seq_bucket_promotion")) {
+    if (!v->IsBool()) throw bad_request("config.json: 'seq_bucket_promotion' must be true or false");
+    c.seq_bucket_promotion = v->GetBool();
   }
   if (const Value* v = member(doc, "preferred_batch_sizes")) {
     if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
@@ -261,6 +265,9 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
     w.EndObject();
   }
   w.Key("run_inline_when_idle"); w.Bool(c.run_inline_when_idle);
+  if (info.seq) {
+    w.Key("seq_bucket_promotion"); w.Bool(c.seq_bucket_promotion);
+  }
   if (c.model_warmup) {
     w.Key("model_warmup");
     write_model_warmup(w, *c.model_warmup);

@@ -1,6 +1,6 @@
 // The admin part of the gRPC codec (grpc_codec.h): metadata, model config, statistics, the repository index,
 // load requests and shared memory registration, with the content of codec_admin.cpp's JSON answers. Keys the
-// protobuf schema has no field for (the config's run_inline_when_idle and graph_batch_sizes, per-instance
+// protobuf schema has no field for (the config's run_inline_when_idle, seq_bucket_promotion and graph_batch_sizes, per-instance
 // statistics) are over HTTP only.
 #include "grpc_codec.h"
 

@@ -2,7 +2,8 @@
 //
 // Runners wait on one condition variable; each forms a batch from a leader (the head of the queue, or the
 // oldest request of a group of compatible ones that filled) and the queued requests compatible with it (same
-// trailing dims), in arrival order. A request cancelled by its timeout is skipped; one already taken by a
+// trailing dims), in arrival order; with sequence-bucket promotion, also requests of shorter buckets, which
+// execute() pads to the batch's length. A request cancelled by its timeout is skipped; one already taken by a
 // runner is always answered.
 #include "scheduler.h"
 
@@ -48,6 +49,7 @@ Scheduler::Scheduler(std::vector<Instance> instances, const ModelConfig& config)
   if (config_.preferred_batch_sizes.empty())
     for (int64_t b : mi.graph_buckets)
       if (b <= config_.max_batch_size) targets_.push_back(b);
+  promote_ = mi.seq.has_value() && config_.seq_bucket_promotion && batching();
   instance_busy_.assign(instances_.size(), 0);
   for (size_t i = 0; i < instances_.size(); ++i) runners_.emplace_back([this, i] { runner_loop(i); });
 }
@@ -172,6 +174,36 @@ ModelStats Scheduler::stats() const {
   return s;
 }
 
+int64_t Scheduler::seq_length(const BatchRequest& r) const {
+  const auto& seq = info().seq;
+  if (!seq) return 0;
+  for (size_t i = 0; i < r.inputs.size(); ++i)
+    if (seq->input_axes[i] >= 0) return r.inputs[i].shape[static_cast<size_t>(seq->input_axes[i])];
+  return 0;
+}
+
+bool Scheduler::promotable(const BatchRequest& leader, const BatchRequest& j, int64_t length) const {
+  const auto& axes = info().seq->input_axes;
+  for (size_t i = 0; i < leader.inputs.size(); ++i) {
+    const auto& a = leader.inputs[i].shape;
+    const auto& b = j.inputs[i].shape;
+    if (a.size() != b.size()) return false;
+    for (size_t d = 1; d < a.size(); ++d) {
+      if (static_cast<int>(d) == axes[i] ? b[d] > length : a[d] != b[d]) return false;
+    }
+  }
+  return true;
+}
+
+LengthChoice Scheduler::promotion(const std::shared_ptr<Job>& leader) const {
+  std::vector<Candidate> queued;
+  for (const auto& j : queue_)
+    if (j != leader && j->state.load() == 0 && promotable(leader->request, j->request, info().seq->sizes.back()))
+      queued.push_back({seq_length(j->request), j->request.rows});
+  return choose_length(seq_length(leader->request), leader->request.rows, queued, info().seq->sizes,
+                       config_.max_batch_size, targets_, info().graph_buckets, cost_);
+}
+
 void Scheduler::runner_loop(size_t instance) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -246,22 +278,41 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
       chosen = full_group ? *full_group : *ready;
       break;
     }
+    // With promotion, the head's batch is full when it fills taking the shorter buckets' requests.
+    if (promote_) {
+      const LengthChoice c = promotion(queue_.front());
+      if (c.promote && c.rows >= full) {
+        chosen = groups[0];
+        break;
+      }
+    }
     cv_.wait_until(lock, deadline);
   }
   // With graph buckets, cut the batch to the largest bucket it fills; the rest leads the next batch.
   int64_t limit = config_.max_batch_size;
   if (auto it = std::upper_bound(targets_.begin(), targets_.end(), chosen.rows); it != targets_.begin())
     limit = *std::prev(it);
-  // Take the leader and, when batching, every compatible queued request that still fits, in arrival order.
   const auto& leader = chosen.leader;
-  int64_t rows = 0;
+  // With promotion: the leader's bucket alone, or a longer one that also takes the shorter buckets' requests.
+  std::optional<int64_t> promote_to;
+  if (promote_) {
+    const LengthChoice c = promotion(leader);
+    if (c.promote) {
+      promote_to = c.length;
+      limit = c.limit;
+    }
+  }
+  // Take the leader and, when batching, every compatible queued request that still fits, in arrival order
+  // (the leader's rows counted first).
+  int64_t rows = leader->request.rows;
   for (auto it = queue_.begin(); it != queue_.end();) {
     auto& j = *it;
-    bool fits = j == leader || (batching() && compatible(leader->request.inputs, j->request.inputs) &&
-                                rows + j->request.rows <= limit);
+    const bool joins = promote_to ? promotable(leader->request, j->request, *promote_to)
+                                  : compatible(leader->request.inputs, j->request.inputs);
+    bool fits = j == leader || (batching() && joins && rows + j->request.rows <= limit);
     int queued = 0;
     if (fits && j->state.compare_exchange_strong(queued, 1)) {
-      rows += j->request.rows;
+      if (j != leader) rows += j->request.rows;
       jobs.push_back(j);
       it = queue_.erase(it);
       if (!batching()) break;
@@ -278,11 +329,30 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
   Batch batch;
   batch.reserve(jobs.size());
   for (auto& j : jobs) batch.push_back(&j->request);
+  // A promoted batch: the requests of shorter buckets padded to its length (service.cpp cuts each answer
+  // back to the request's own length).
+  int64_t length = 0, promoted = 0;
+  if (promote_) {
+    for (auto* r : batch) length = std::max(length, seq_length(*r));
+    const SeqInfo& seq = *info().seq;
+    for (auto* r : batch) {
+      if (seq_length(*r) == length) continue;
+      ++promoted;
+      for (size_t i = 0; i < r->inputs.size(); ++i)
+        if (seq.input_axes[i] >= 0) r->inputs[i] = pad_axis(r->inputs[i], seq.input_axes[i], length, seq.pad_bytes[i]);
+    }
+  }
   BatchTimes times;
   std::optional<ServeError> error = run_batch(*instances_[instance].model, batch, times);
+  if (promote_ && !error) {
+    const double seconds = std::chrono::duration<double>(times.model_end - times.model_start).count();
+    std::lock_guard<std::mutex> lock(mu_);
+    cost_.add(length * computed_rows(total_rows(batch), info().graph_buckets), seconds);
+  }
   {
     std::lock_guard<std::mutex> sl(stats_mu_);
     record_batch(stats_, instance, batch, times, !error);
+    stats_.seq_promoted += static_cast<uint64_t>(promoted);
   }
   for (auto& j : jobs) finish(*j, error);
 }

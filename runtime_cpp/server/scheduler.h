@@ -11,7 +11,10 @@
 // queued and every instance idle runs on the calling thread (no hand-off to a runner) when the config's
 // run_inline_when_idle allows it (the default). A CUDA package replayed as
 // CUDA graphs pads a batch up to its graph bucket; unless preferred_batch_sizes is set, batches are then cut
-// to the largest bucket the queue fills (the rest waits for the next batch), so no rows are padded.
+// to the largest bucket the queue fills (the rest waits for the next batch), so no rows are padded. With
+// sequence buckets and the config's seq_bucket_promotion, a batch may also take the queued
+// requests of shorter buckets, padded up to a longer one, where the calls measured so far say that serves
+// more rows per second (seq_promotion.h).
 // Blocking: infer() blocks the calling thread until its answer is ready; submit() returns at once (unless it
 // runs the request inline) and calls back when the answer is ready, for a transport that does not wait
 // (gRPC). Thread-safety: every public method may be called from any thread. The destructor answers
@@ -30,9 +33,12 @@
 #include <vector>
 
 #include "runnable.h"
+#include "seq_promotion.h"
 #include "types.h"
 
 namespace aotc::server {
+
+struct BatchRequest;  // batch.h
 
 class Scheduler {
  public:
@@ -89,6 +95,13 @@ class Scheduler {
   void finish(Job& job, std::optional<ServeError> error);
   std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
   void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs);
+  // With sequence buckets: the length (as padded) of a request's bucketed inputs; else 0.
+  int64_t seq_length(const BatchRequest& r) const;
+  // Whether `j` may join a batch run at `length`: its other trailing dims equal `leader`'s, its own length
+  // at most `length`.
+  bool promotable(const BatchRequest& leader, const BatchRequest& j, int64_t length) const;
+  // With promotion: the length and rows of the batch `leader` would lead (choose_length over the queue).
+  LengthChoice promotion(const std::shared_ptr<Job>& leader) const;
   bool all_idle() const {  // with mu_ held
     return std::none_of(instance_busy_.begin(), instance_busy_.end(), [](char b) { return b != 0; });
   }
@@ -97,7 +110,7 @@ class Scheduler {
   ModelConfig config_;
   std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
 
-  mutable std::mutex mu_;  // guards queue_, stop_ and instance_busy_
+  mutable std::mutex mu_;  // guards queue_, stop_, instance_busy_ and cost_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
@@ -105,6 +118,8 @@ class Scheduler {
   // one is; see all_idle().
   std::vector<char> instance_busy_;
   std::vector<std::thread> runners_;
+  bool promote_ = false;  // sequence buckets with seq_bucket_promotion on, and batching
+  CallCost cost_;         // the model's calls so far, for promotion
 
   mutable std::mutex stats_mu_;  // guards stats_
   ModelStats stats_;

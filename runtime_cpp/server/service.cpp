@@ -327,6 +327,9 @@ std::string metrics_text(const Repository& repo) {
                [](const InstanceStats& i) { return i.execution_count; });
   per_instance("aotc_instance_inference_count", "Number of inferences performed by one instance",
                [](const InstanceStats& i) { return i.inference_count; });
+  family("aotc_seq_promoted_count", "counter",
+         "Number of requests run padded to a longer sequence bucket than their own",
+         [](const ModelStats& s) { return s.seq_promoted; });
   cpu_metrics(out);
   return out.str();
 }

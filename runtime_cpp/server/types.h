@@ -155,6 +155,10 @@ struct ModelConfig {
   // A request that finds nothing queued and every instance idle runs on its HTTP thread (no hand-off to a
   // runner and back).
   bool run_inline_when_idle = true;
+  // With sequence buckets: a batch may take shorter buckets' requests padded to a longer bucket, where the
+  // measured calls say that serves more rows per second (seq_promotion.h). Off by default: it pays where
+  // calls are launch-bound (short sequences on a GPU) and lost where they are compute-bound (docs/server.md).
+  bool seq_bucket_promotion = false;
   int64_t num_runners = 1;                 // model calls that may run at once
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
   std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index
@@ -265,6 +269,7 @@ struct ModelStats {
   uint64_t last_inference_ms = 0;          // ms since the epoch
   uint64_t inference_count = 0;            // rows inferred (sum of request batch sizes)
   uint64_t execution_count = 0;            // model calls
+  uint64_t seq_promoted = 0;               // requests run padded to a longer sequence bucket than their own
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   std::map<std::string, uint64_t> failures_by_reason;  // REJECTED, CANCELED, BACKEND, OTHER
   std::map<int64_t, BatchStats> batch_stats;           // keyed by the batch size run

@@ -19,6 +19,7 @@
 
 #include "batch.h"
 #include "scheduler.h"
+#include "seq_promotion.h"
 
 namespace aotc::server {
 namespace {
@@ -95,6 +96,7 @@ class FakeModel : public RunnableModel {
     const Tensor& x = inputs.at(0);
     const int64_t rows = x.shape[0], dim = x.shape[1];
     const std::vector<float> v = floats(x.bytes);
+    if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
     {
       std::unique_lock<std::mutex> lock(mu_);
       Call c{rows, dim, {}, wanted, {}, std::this_thread::get_id()};
@@ -133,6 +135,20 @@ class FakeModel : public RunnableModel {
     return out;
   }
 
+  // Before a scheduler is made: x's dim 1 is a sequence dim with buckets `sizes` (pad value 0), which y
+  // carries too.
+  void set_seq(std::vector<int64_t> sizes) {
+    SeqInfo seq;
+    seq.dim = "seq";
+    seq.sizes = std::move(sizes);
+    seq.input_axes = {1};
+    seq.output_axes = {1, -1};
+    seq.pad_bytes = {std::string(sizeof(float), '\0')};
+    info_.seq = std::move(seq);
+  }
+  // Every call takes at least this long (a fixed cost per call, whatever its size).
+  void set_delay(std::chrono::milliseconds d) { delay_ = d; }
+
   // Calls from now on wait in the model until release().
   void hold() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -162,6 +178,7 @@ class FakeModel : public RunnableModel {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool open_ = true;
+  std::chrono::milliseconds delay_{0};
   mutable std::vector<Call> calls_;
 };
 
@@ -706,6 +723,169 @@ TEST(Scheduler, NoBatchingWithMaxBatchSizeZero) {
   model->release();
   for (auto* f : {&a, &b, &c}) await(*f);
   EXPECT_EQ(rows_of(model->calls()), (std::vector<int64_t>{1, 1, 1}));
+}
+
+// ---- sequence-bucket promotion (seq_promotion.h) ----
+
+TEST(CallCost, FitsAFixedAndAPerTokenPart) {
+  CallCost cost;
+  EXPECT_FALSE(cost.estimate(64));
+  cost.add(64, 0.002);
+  cost.add(64, 0.004);  // one token count, however often: no line yet
+  EXPECT_FALSE(cost.estimate(64));
+  cost.add(128, 0.005);  // (64, 3 ms) and (128, 5 ms): 1 ms + 1/32 ms per token
+  ASSERT_TRUE(cost.estimate(256));
+  EXPECT_NEAR(cost.fixed_seconds(), 0.001, 1e-9);
+  EXPECT_NEAR(*cost.estimate(256), 0.009, 1e-9);
+  // A part that fits below zero is clamped and the other refitted.
+  CallCost falling;
+  falling.add(10, 0.004);
+  falling.add(20, 0.002);
+  EXPECT_EQ(falling.seconds_per_token(), 0);
+  EXPECT_NEAR(*falling.estimate(1000), 0.003, 1e-9);
+  CallCost through_zero;
+  through_zero.add(10, 0.001);
+  through_zero.add(20, 0.003);
+  EXPECT_EQ(through_zero.fixed_seconds(), 0);
+  EXPECT_GT(through_zero.seconds_per_token(), 0);
+}
+
+TEST(CallCost, EachTokenCountFollowsItsRecentCalls) {
+  CallCost cost;
+  cost.add(100, 0.006);
+  for (int i = 0; i < 100; ++i) cost.add(200, 0.010);  // many calls at one count do not outweigh the other
+  EXPECT_NEAR(*cost.estimate(100), 0.006, 1e-9);
+  for (int i = 0; i < 100; ++i) cost.add(100, 0.008);  // and a count's mean moves to what its calls now take
+  EXPECT_NEAR(*cost.estimate(100), 0.008, 1e-6);
+}
+
+CallCost cost_of(double fixed, double per_token) {
+  CallCost c;
+  c.add(100, fixed + 100 * per_token);
+  c.add(1000, fixed + 1000 * per_token);
+  return c;
+}
+
+const std::vector<int64_t> kLengths{32, 64, 128};
+
+TEST(ChooseLength, AFixedCostTakesTheShorterBucketsIntoALongerOne) {
+  // A GPU's launch-bound calls: 1 ms each, little per token. Leader at 32 with 4 rows queued at 32 and 64,
+  // 8 at 128: one batch at 128 takes them all.
+  const CallCost gpu = cost_of(0.001, 1e-8);
+  const std::vector<Candidate> queued{{32, 3}, {64, 4}, {128, 8}};
+  LengthChoice c = choose_length(32, 1, queued, kLengths, 16, {}, {}, gpu);
+  EXPECT_TRUE(c.promote);
+  EXPECT_EQ(c.length, 128);
+  EXPECT_EQ(c.limit, 16);
+  // Nothing longer queued: the leader's bucket, taking what is shorter (nothing here) as it is.
+  c = choose_length(128, 1, {{128, 2}}, kLengths, 16, {}, {}, gpu);
+  EXPECT_EQ(c.length, 128);
+}
+
+TEST(ChooseLength, ACostPerTokenKeepsTheLeadersBucket) {
+  // A CPU's calls: their cost follows the tokens; padding 32 to 128 would compute four times the tokens.
+  const CallCost cpu = cost_of(1e-5, 1e-5);
+  const std::vector<Candidate> queued{{32, 3}, {64, 4}, {128, 8}};
+  LengthChoice c = choose_length(32, 1, queued, kLengths, 16, {}, {}, cpu);
+  EXPECT_FALSE(c.promote);
+  EXPECT_EQ(c.length, 32);
+  EXPECT_EQ(c.limit, 16);
+  // No estimate yet: the leader's bucket.
+  c = choose_length(32, 1, queued, kLengths, 16, {}, {}, CallCost{});
+  EXPECT_FALSE(c.promote);
+}
+
+TEST(ChooseLength, GraphBucketsCutAndPadTheRowsItCounts) {
+  // Graph buckets 1..16 (the targets too); 1 ms a call plus 1 us a token. The leader's bucket: 1 + 3 rows at
+  // 32, 4 x 32 tokens, 1.13 ms (3.5 rows/ms). At 64: 1 + 3 + 4 = 8 rows, 1.51 ms (5.3 rows/ms). At 128: 14
+  // rows fit, cut to the target 8 (the 6 at 128 wait), 8 x 128 tokens, 2.02 ms (4.0 rows/ms).
+  const std::vector<int64_t> graphs{1, 2, 4, 8, 16};
+  const CallCost cost = cost_of(0.001, 1e-6);
+  const std::vector<Candidate> queued{{32, 3}, {64, 4}, {128, 6}};
+  LengthChoice c = choose_length(32, 1, queued, kLengths, 16, graphs, graphs, cost);
+  EXPECT_TRUE(c.promote);
+  EXPECT_EQ(c.length, 64);
+  EXPECT_EQ(c.limit, 8);
+  EXPECT_EQ(computed_rows(5, graphs), 8);
+  EXPECT_EQ(computed_rows(20, graphs), 20);
+}
+
+// A fake with sequence buckets 2 and 4 whose every call takes 5 ms, and a scheduler that has fitted its cost
+// from calls at both lengths.
+struct PromotionSetup {
+  std::shared_ptr<FakeModel> model = std::make_shared<FakeModel>();
+  std::unique_ptr<Scheduler> s;
+  size_t before = 0;  // the calls made to fit the cost
+
+  PromotionSetup(ModelConfig c, size_t instances) {
+    model->set_seq({2, 4});
+    model->set_delay(std::chrono::milliseconds(5));
+    s = scheduler(model, c, instances);
+    for (int i = 0; i < 3; ++i) {
+      s->infer({input({5, 5})}, std::nullopt);
+      s->infer({input({5, 5, 5, 5})}, std::nullopt);
+    }
+    before = model->calls().size();
+  }
+};
+
+// Through the scheduler: a model whose every call costs the same (a fixed 5 ms) promotes a shorter bucket's
+// request into the longer bucket's batch, padded; the answer keeps the padded positions (service.cpp cuts
+// them). With seq_bucket_promotion off, each bucket batches alone.
+TEST(Scheduler, PromotesShorterBucketsWhereCallsCostTheSame) {
+  for (bool on : {true, false}) {
+    ModelConfig c = config(8);
+    c.seq_bucket_promotion = on;
+    PromotionSetup setup(c, 1);
+    auto& model = setup.model;
+    auto& s = setup.s;
+    const size_t before = setup.before;
+    model->hold();
+    auto a = queue(*s, input({0, 0}), 1);
+    model->wait_for_calls(before + 1);
+    auto b = queue(*s, input({1, 1}), 2);        // the head: bucket 2
+    auto d = queue(*s, input({2, 2, 2, 2}), 3);  // bucket 4
+    model->release();
+    await(a);
+    auto rb = await(b);
+    await(d);
+    auto calls = model->calls();
+    calls.erase(calls.begin(), calls.begin() + static_cast<long>(before) + 1);
+    if (on) {
+      ASSERT_EQ(calls.size(), 1u);
+      EXPECT_EQ(calls[0].dim, 4);
+      EXPECT_EQ(calls[0].firsts, (std::vector<float>{1, 2}));
+      EXPECT_EQ(rb[0].shape, (std::vector<int64_t>{1, 4}));
+      EXPECT_EQ(floats(rb[0].bytes), (std::vector<float>{2, 2, 1, 1}));  // y = x + 1, x padded with 0
+      EXPECT_EQ(s->stats().seq_promoted, 1u);
+    } else {
+      ASSERT_EQ(calls.size(), 2u);
+      EXPECT_EQ(calls[0].dim, 2);
+      EXPECT_EQ(calls[1].dim, 4);
+      EXPECT_EQ(s->stats().seq_promoted, 0u);
+    }
+  }
+}
+
+// While another batch runs and the head's own bucket holds too few to fill a batch, the head's batch goes at
+// once when taking the shorter buckets' requests fills it, instead of waiting out max_queue_delay_us.
+TEST(Scheduler, APromotedBatchThatFillsGoesAtOnce) {
+  ModelConfig c = config(/*max_batch_size=*/2, kForever);
+  c.seq_bucket_promotion = true;
+  PromotionSetup setup(c, /*instances=*/2);
+  auto& model = setup.model;
+  const size_t before = setup.before;
+  model->hold();
+  auto a = queue(*setup.s, input({0, 0}), 1);
+  model->wait_for_calls(before + 1);
+  auto b = queue(*setup.s, input({1, 1}), 2);        // the head: bucket 2, one of two rows
+  auto d = queue(*setup.s, input({2, 2, 2, 2}), 3);  // bucket 4: with b, two rows at 4 fill the batch
+  model->wait_for_calls(before + 2);                 // on the second instance, while a still runs
+  auto calls = model->calls();
+  EXPECT_EQ(calls.back().dim, 4);
+  EXPECT_EQ(calls.back().firsts, (std::vector<float>{1, 2}));
+  model->release();
+  for (auto* f : {&a, &b, &d}) await(*f);
 }
 
 }  // namespace

@@ -1,0 +1,93 @@
+// Sequence-bucket promotion (seq_promotion.h): the cost fit and the choice of a batch's length.
+#include "seq_promotion.h"
+
+#include <algorithm>
+
+namespace aotc::server {
+
+namespace {
+
+constexpr int64_t kMeanWindow = 8;  // each token count's mean follows its last ~8 calls
+
+}  // namespace
+
+void CallCost::add(int64_t tokens, double seconds) {
+  Mean& m = by_tokens_[tokens];
+  m.n = std::min(m.n + 1, kMeanWindow);
+  m.seconds += (seconds - m.seconds) / static_cast<double>(m.n);
+  fitted_ = false;
+  if (by_tokens_.size() < 2) return;
+  const double n = static_cast<double>(by_tokens_.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, mean] : by_tokens_) {
+    const double xd = static_cast<double>(x);
+    sx += xd;
+    sy += mean.seconds;
+    sxx += xd * xd;
+    sxy += xd * mean.seconds;
+  }
+  const double var = sxx / n - (sx / n) * (sx / n);
+  if (var <= 0) return;
+  b_ = (sxy / n - (sx / n) * (sy / n)) / var;
+  a_ = sy / n - b_ * sx / n;
+  // Neither part of a call's cost is negative: clamp the one that came out so and refit the other.
+  if (b_ < 0) {
+    b_ = 0;
+    a_ = sy / n;
+  } else if (a_ < 0) {
+    a_ = 0;
+    b_ = sxy / sxx;
+  }
+  fitted_ = true;
+}
+
+std::optional<double> CallCost::estimate(int64_t tokens) const {
+  if (!fitted_) return std::nullopt;
+  return a_ + b_ * static_cast<double>(tokens);
+}
+
+int64_t computed_rows(int64_t rows, const std::vector<int64_t>& graph_buckets) {
+  auto it = std::lower_bound(graph_buckets.begin(), graph_buckets.end(), rows);
+  return it == graph_buckets.end() ? rows : *it;
+}
+
+LengthChoice choose_length(int64_t leader_length, int64_t leader_rows, const std::vector<Candidate>& queued,
+                           const std::vector<int64_t>& lengths, int64_t max_rows, const std::vector<int64_t>& targets,
+                           const std::vector<int64_t>& graph_buckets, const CallCost& cost) {
+  // The rows a batch at `length` takes: greedily in arrival order (the leader's first) up to `cap`.
+  auto fill = [&](int64_t length, bool promote, int64_t cap) {
+    int64_t rows = leader_rows;
+    for (const Candidate& c : queued) {
+      const bool fits = promote ? c.length <= length : c.length == leader_length;
+      if (fits && rows + c.rows <= cap) rows += c.rows;
+    }
+    return rows;
+  };
+  auto limit_for = [&](int64_t rows) {
+    auto it = std::upper_bound(targets.begin(), targets.end(), rows);
+    return it == targets.begin() ? max_rows : *std::prev(it);
+  };
+  auto option = [&](int64_t length, bool promote) {
+    LengthChoice c{length, promote, limit_for(fill(length, promote, max_rows)), 0};
+    c.rows = fill(length, promote, c.limit);
+    const auto seconds = cost.estimate(length * computed_rows(c.rows, graph_buckets));
+    return std::make_pair(c, seconds ? static_cast<double>(c.rows) / std::max(*seconds, 1e-9) : 0.0);
+  };
+  auto [best, best_rate] = option(leader_length, false);
+  if (!cost.estimate(1)) return best;
+  for (int64_t length : lengths) {
+    if (length < leader_length) continue;
+    // Only lengths some candidate has: a longer one adds padding and no rows.
+    if (length != leader_length &&
+        std::none_of(queued.begin(), queued.end(), [&](const Candidate& c) { return c.length == length; }))
+      continue;
+    auto [c, rate] = option(length, true);
+    if (rate > best_rate) {
+      best = c;
+      best_rate = rate;
+    }
+  }
+  return best;
+}
+
+}  // namespace aotc::server
