@@ -289,9 +289,7 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
     cv_.wait_until(lock, deadline);
   }
   // With graph buckets, cut the batch to the largest bucket it fills; the rest leads the next batch.
-  int64_t limit = config_.max_batch_size;
-  if (auto it = std::upper_bound(targets_.begin(), targets_.end(), chosen.rows); it != targets_.begin())
-    limit = *std::prev(it);
+  int64_t limit = cut_to_target(chosen.rows, targets_, config_.max_batch_size);
   const auto& leader = chosen.leader;
   // With promotion: the leader's bucket alone, or a longer one that also takes the shorter buckets' requests.
   std::optional<int64_t> promote_to;

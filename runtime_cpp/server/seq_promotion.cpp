@@ -46,6 +46,11 @@ std::optional<double> CallCost::estimate(int64_t tokens) const {
   return a_ + b_ * static_cast<double>(tokens);
 }
 
+int64_t cut_to_target(int64_t rows, const std::vector<int64_t>& targets, int64_t max_rows) {
+  auto it = std::upper_bound(targets.begin(), targets.end(), rows);
+  return it == targets.begin() ? max_rows : *std::prev(it);
+}
+
 int64_t computed_rows(int64_t rows, const std::vector<int64_t>& graph_buckets) {
   auto it = std::lower_bound(graph_buckets.begin(), graph_buckets.end(), rows);
   return it == graph_buckets.end() ? rows : *it;
@@ -63,12 +68,8 @@ LengthChoice choose_length(int64_t leader_length, int64_t leader_rows, const std
     }
     return rows;
   };
-  auto limit_for = [&](int64_t rows) {
-    auto it = std::upper_bound(targets.begin(), targets.end(), rows);
-    return it == targets.begin() ? max_rows : *std::prev(it);
-  };
   auto option = [&](int64_t length, bool promote) {
-    LengthChoice c{length, promote, limit_for(fill(length, promote, max_rows)), 0};
+    LengthChoice c{length, promote, cut_to_target(fill(length, promote, max_rows), targets, max_rows), 0};
     c.rows = fill(length, promote, c.limit);
     const auto seconds = cost.estimate(length * computed_rows(c.rows, graph_buckets));
     return std::make_pair(c, seconds ? static_cast<double>(c.rows) / std::max(*seconds, 1e-9) : 0.0);

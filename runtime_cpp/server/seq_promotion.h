@@ -63,6 +63,10 @@ LengthChoice choose_length(int64_t leader_length, int64_t leader_rows, const std
                            const std::vector<int64_t>& lengths, int64_t max_rows, const std::vector<int64_t>& targets,
                            const std::vector<int64_t>& graph_buckets, const CallCost& cost);
 
+// The rows a batch that could take `rows` is cut to: the largest of `targets` (ascending) at most `rows`, or
+// `max_rows` when none is (or there are no targets).
+int64_t cut_to_target(int64_t rows, const std::vector<int64_t>& targets, int64_t max_rows);
+
 // The rows a call of `rows` computes: the smallest graph bucket that holds them, or `rows`.
 int64_t computed_rows(int64_t rows, const std::vector<int64_t>& graph_buckets);
 
