@@ -26,9 +26,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
-
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 
@@ -81,7 +80,7 @@ def batch_sizes(text: str) -> list[int]:
 
 
 def promoted_count(port: int, model: str) -> int | None:
-    """aotc_seq_promoted_count of `model` from /metrics (None where the package has no buckets' series)."""
+    """aotc_seq_promoted_count of `model` from /metrics (None when it has no series for the model)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     for line in text.splitlines():
         if line.startswith("aotc_seq_promoted_count{") and f'model="{model}"' in line:

@@ -19,6 +19,7 @@ from aotc.runtime import Session
 from aotc.seq_buckets import bucket_lengths, parse
 from conftest import DATA, eager_reference, run_aotc
 from launch import Server, find_binary, make_repository
+from test_server import metric
 from test_server_batching import run_clients
 
 FLAG = "input_ids:1,attention_mask:1=16,32,64,128"
@@ -161,13 +162,6 @@ def test_the_server_batches_lengths_of_one_bucket_and_answers_each_at_its_own(tm
         assert status == 200
 
 
-def _promoted(s) -> int:
-    status, _, text = s.request("GET", "/metrics")
-    assert status == 200
-    line = next(l for l in text.decode().splitlines() if l.startswith("aotc_seq_promoted_count{"))
-    return int(float(line.rsplit(" ", 1)[1]))
-
-
 def test_promotion_pads_shorter_buckets_into_a_longer_batch_and_answers_each_at_its_own(tmp_path, pkg):
     """seq_bucket_promotion: requests of bucket 16 run in bucket 64's batches where the measured calls say so;
     every answer still equals eager at its own length. The tiny model's calls cost about the same at 16 and 64
@@ -195,7 +189,9 @@ def test_promotion_pads_shorter_buckets_into_a_longer_batch_and_answers_each_at_
         promoted = 0
         for _ in range(3):  # rounds of concurrent clients, until one promotes
             assert run_clients(len(cases), client) == []
-            promoted = _promoted(s)
+            status, _, text = s.request("GET", "/metrics")
+            assert status == 200
+            promoted = metric(text.decode(), "aotc_seq_promoted_count", "bert")
             if promoted:
                 break
         assert promoted > 0, "no request of bucket 16 ran in a bucket-64 batch"

@@ -27,8 +27,8 @@ ModelConfig parse_model_config(const std::string& text, bool strict) {
   parse_document(doc, text, "config.json");
   if (strict) {
     static const char* const kKeys[] = {"max_batch_size", "max_queue_delay_us", "preferred_batch_sizes",
-                                        "run_inline_when_idle", "seq_bucket_promotion", "num_runners", "max_queue_size", "device_index",
-                                        "instance_group", "model_warmup", "name"};
+                                        "run_inline_when_idle", "seq_bucket_promotion", "num_runners",
+                                        "max_queue_size", "device_index", "instance_group", "model_warmup", "name"};
     for (const auto& m : doc.GetObject()) {
       std::string key = str(m.name);
       if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
@@ -56,14 +56,14 @@ ModelConfig parse_model_config(const std::string& text, bool strict) {
       throw bad_request("config.json: 'device_index' must be an integer in -1..127 (-1: the current GPU)");
     c.device_index = v->GetInt64();
   }
-  if (const Value* v = member(doc, "run_inline_when_idle")) {
-    if (!v->IsBool()) throw bad_request("config.json: 'run_inline_when_idle' must be true or false");
-    c.run_inline_when_idle = v->GetBool();
-  }
-  if (const Value* v = member(doc, "seq_bucket_promotion")) {
-    if (!v->IsBool()) throw bad_request("config.json: 'seq_bucket_promotion' must be true or false");
-    c.seq_bucket_promotion = v->GetBool();
-  }
+  auto get_bool = [&](const char* key, bool& field) {
+    const Value* v = member(doc, key);
+    if (!v) return;
+    if (!v->IsBool()) throw bad_request(std::string("config.json: '") + key + "' must be true or false");
+    field = v->GetBool();
+  };
+  get_bool("run_inline_when_idle", c.run_inline_when_idle);
+  get_bool("seq_bucket_promotion", c.seq_bucket_promotion);
   if (const Value* v = member(doc, "preferred_batch_sizes")) {
     if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
     for (const auto& e : v->GetArray()) {
