@@ -6,9 +6,10 @@
 // lose to padding every request to one shape. Where the cost follows the tokens (a CPU), padding wastes what
 // it computes. The scheduler measures every call and fits its time as a fixed cost plus a cost per token
 // (CallCost); choose_length() then runs the batch at the candidate length that serves the most rows per
-// second. The times are measured under load, so with several instances a call's time includes waiting for
-// the others' work on the same device; at long sequences that makes short calls look costly and promotes
-// too much (docs/server.md, Batching, measures both cases): it is off unless config.json turns it on.
+// second. At long sequences on a GPU it promotes more than pays, with these times or with times of each
+// shape taken alone (tried): it weighs the queue as it stands, and under load the requests a batch leaves
+// behind are joined by new ones (docs/performance.md, Sequence buckets), so it is off unless config.json
+// turns it on.
 // Ownership: plain values. Thread-safety: none; the Scheduler holds its lock around both.
 #pragma once
 
