@@ -3,14 +3,15 @@ exported three ways (`--seq-buckets INPUTS=SIZES`; `--seq-buckets INPUTS=MAX`, e
 longest; no buckets, the sequence dim dynamic), each served by aotc-server with dynamic batching, loaded by
 `aotc-load` at one concurrency with requests whose lengths are drawn uniformly from a range (each connection
 sends a fixed list of them in turn, starting at its own place). The cells take turns in rounds, so drifting
-load falls on all alike. "unpromoted" serves the buckets' package with `seq_bucket_promotion` off (each
-bucket batches alone; docs/server.md, Batching). Prints a markdown table of requests/s, p50 and p99 (medians
+load falls on all alike. "buckets" serves the buckets' package with `seq_bucket_promotion` true,
+"unpromoted" with it false (each bucket batches alone) and "auto" with "auto" (trials of both decide;
+docs/server.md, Batching). Prints a markdown table of requests/s, p50 and p99 (medians
 of rounds) and the buckets' ratios, then the batches each server formed and how many requests ran padded to
-a longer bucket than their own.
+a longer bucket than their own (and, for "auto", how many trials promotion won).
   python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
       [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json] [--runners 1]
-      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,padded,dynamic]
+      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,auto,padded,dynamic]
       [--export-arg=--static-batches=none]... [--server-arg=--intra-op-threads=1]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
@@ -79,13 +80,29 @@ def batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def promoted_count(port: int, model: str) -> int | None:
-    """aotc_seq_promoted_count of `model` from /metrics (None when it has no series for the model)."""
+def counts(port: int, model: str, families: tuple[str, ...]) -> dict[str, int]:
+    """The value of each of `families` for `model` from /metrics (absent: no series for the model)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    found = {}
     for line in text.splitlines():
-        if line.startswith("aotc_seq_promoted_count{") and f'model="{model}"' in line:
-            return int(float(line.rsplit(" ", 1)[1]))
-    return None
+        name = line.split("{", 1)[0]
+        if name in families and f'model="{model}"' in line:
+            found[name] = int(float(line.rsplit(" ", 1)[1]))
+    return found
+
+
+PROMOTION = ("aotc_seq_promoted_count", "aotc_seq_promotion_trials_count", "aotc_seq_promotion_trials_won_count")
+
+
+def promotion_note(found: dict[str, int]) -> str:
+    """What a server's promotion counters say, for the batches' line."""
+    note = ""
+    if "aotc_seq_promoted_count" in found:
+        note += f"; {found['aotc_seq_promoted_count']} requests promoted"
+    if found.get("aotc_seq_promotion_trials_count"):
+        note += (f"; promotion won {found.get('aotc_seq_promotion_trials_won_count', 0)} of "
+                 f"{found['aotc_seq_promotion_trials_count']} trials")
+    return note
 
 
 def main() -> int:
@@ -120,15 +137,15 @@ def main() -> int:
     names = [item.split(":")[0] for item in args.inputs.split(",")]
     largest = args.sizes.split(",")[-1]
     variants = {"buckets": ["--seq-buckets", f"{args.inputs}={args.sizes}"],
-                "unpromoted": None, "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
+                "unpromoted": None, "auto": None, "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
     wanted = args.variants.split(",")
     if "buckets" not in wanted or any(v not in variants for v in wanted):
-        ap.error(f"--variants takes buckets and any of unpromoted, padded, dynamic; got {args.variants!r}")
+        ap.error(f"--variants takes buckets and any of unpromoted, auto, padded, dynamic; got {args.variants!r}")
     variants = {k: v for k, v in variants.items() if k in wanted}
     args.pkg_dir.mkdir(parents=True, exist_ok=True)
     pkgs, export_s = {}, {}
     for label, flags in variants.items():
-        if flags is None:  # unpromoted: the buckets' package
+        if flags is None:  # unpromoted, auto: the buckets' package
             pkgs[label], export_s[label] = pkgs["buckets"], export_s["buckets"]
             continue
         pkgs[label] = args.pkg_dir / f"{label}_{args.device}_{args.dtype}.pt2"
@@ -139,7 +156,8 @@ def main() -> int:
               "num_runners": args.runners}
     if args.preferred_batch_sizes:
         config["preferred_batch_sizes"] = args.preferred_batch_sizes
-    configs = {label: dict(config, seq_bucket_promotion=label != "unpromoted") if label != "dynamic" else config
+    promotion = {"buckets": True, "unpromoted": False, "auto": "auto", "padded": True}
+    configs = {label: dict(config, seq_bucket_promotion=promotion[label]) if label in promotion else config
                for label in variants}
     runs: dict[str, list[dict]] = {label: [] for label in variants}
     stats, promoted = {}, {}
@@ -155,7 +173,7 @@ def main() -> int:
                         raise SystemExit(f"{label}: {res['errors']} errors: {res['error_counts']}")
                     runs[label].append(res)
                     stats[label] = model_stats(srv.port, label)
-                    promoted[label] = promoted_count(srv.port, label)
+                    promoted[label] = counts(srv.port, label, PROMOTION)
                 print(f"round {r} {label}: {res['req_per_s']:.2f} req/s p50 {res['p50_ms']:.1f} ms "
                       f"p99 {res['p99_ms']:.1f} ms (the largest answer {res['answer_bytes'] / 1e3:.1f} KB)", flush=True)
     med = {label: {k: statistics.median(x[k] for x in rs) for k in ("req_per_s", "p50_ms", "p99_ms")}
@@ -177,16 +195,16 @@ def main() -> int:
         m = med[label]
         lines.append(f"| {label} | {m['req_per_s']:.2f} | {m['p50_ms']:.1f} | {m['p99_ms']:.1f} | "
                      f"{export_s[label]:.0f} | {pkgs[label].stat().st_size / 1e6:.0f} |")
-    b = med["buckets"]
-    ratios = [f"buckets / {label}: throughput {b['req_per_s'] / m['req_per_s']:.2f}x, "
-              f"p99 {b['p99_ms'] / m['p99_ms']:.2f}x" for label, m in med.items() if label != "buckets"]
+    ratios = [f"{top} / {label}: throughput {med[top]['req_per_s'] / m['req_per_s']:.2f}x, "
+              f"p99 {med[top]['p99_ms'] / m['p99_ms']:.2f}x"
+              for top in ("buckets", "auto") if top in med for label, m in med.items() if label not in ("buckets", top)]
     lines += ["", "; ".join(ratios), "",
               "batches formed (last round: batch size x executions, mean compute ms per execution):"]
     for label, st in stats.items():
         formed = sorted((s["batch_size"], s["compute_infer"]["count"], s["compute_infer"]["ns"])
                         for s in st["batch_stats"])
         lines.append(f"- {label}: " + ", ".join(f"{n}x{c} ({ns / max(c, 1) / 1e6:.2f})" for n, c, ns in formed)
-                     + (f"; {promoted[label]} requests promoted" if promoted[label] is not None else ""))
+                     + promotion_note(promoted[label]))
     report = "\n".join(lines)
     print(report)
     if args.out:

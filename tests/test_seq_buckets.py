@@ -154,6 +154,13 @@ def test_the_server_batches_lengths_of_one_bucket_and_answers_each_at_its_own(tm
         _, st = s.json("GET", "/v2/models/bert/stats")
         stats = st["model_stats"][0]
         assert stats["execution_count"] < len(cases), f"no two lengths batched together: {stats}"
+        # Promotion is "auto" by default, and off until a trial (hundreds of calls) has measured both modes.
+        _, cfg = s.json("GET", "/v2/models/bert/config")
+        assert cfg["seq_bucket_promotion"] == "auto", cfg
+        text = s.request("GET", "/metrics")[2].decode()
+        assert metric(text, "aotc_seq_promotion_active", "bert") == 0
+        assert metric(text, "aotc_seq_promotion_trials_count", "bert") == 0
+        assert metric(text, "aotc_seq_promoted_count", "bert") == 0
         status, r = s.json("POST", "/v2/models/bert/infer", _body(_inputs(1, 20, 0)[0], _inputs(1, 21, 0)[1]))
         assert status == 400 and "disagree on the sequence length" in r["error"], r
         status, r = s.json("POST", "/v2/models/bert/infer", _body(*_inputs(1, 129, 0)))

@@ -110,7 +110,10 @@ BAD_GROUPS = {
     "both": ({"instance_group": [{"count": 1, "kind": "KIND_CPU"}], "num_runners": 2},
              "give 'instance_group' or 'num_runners'/'device_index', not both"),
     "inline_not_bool": ({"run_inline_when_idle": "yes"}, "'run_inline_when_idle' must be true or false"),
-    "promotion_not_bool": ({"seq_bucket_promotion": 1}, "'seq_bucket_promotion' must be true or false"),
+    "promotion_not_bool": ({"seq_bucket_promotion": 1},
+                           "'seq_bucket_promotion' must be true, false or \"auto\", got 1"),
+    "promotion_junk": ({"seq_bucket_promotion": "sometimes"},
+                       "'seq_bucket_promotion' must be true, false or \"auto\", got \"sometimes\""),
 }
 
 

@@ -63,7 +63,14 @@ ModelConfig parse_model_config(const std::string& text, bool strict) {
     field = v->GetBool();
   };
   get_bool("run_inline_when_idle", c.run_inline_when_idle);
-  get_bool("seq_bucket_promotion", c.seq_bucket_promotion);
+  if (const Value* v = member(doc, "seq_bucket_promotion")) {
+    if (v->IsBool())
+      c.seq_bucket_promotion = v->GetBool() ? SeqPromotion::kOn : SeqPromotion::kOff;
+    else if (v->IsString() && str(*v) == "auto")
+      c.seq_bucket_promotion = SeqPromotion::kAuto;
+    else
+      throw bad_request("config.json: 'seq_bucket_promotion' must be true, false or \"auto\", got " + json_text(*v));
+  }
   if (const Value* v = member(doc, "preferred_batch_sizes")) {
     if (!v->IsArray()) throw bad_request("config.json: 'preferred_batch_sizes' must be a list of integers >= 1");
     for (const auto& e : v->GetArray()) {
@@ -266,7 +273,11 @@ std::string write_model_config(const ModelInfo& info, const ModelConfig& c) {
   }
   w.Key("run_inline_when_idle"); w.Bool(c.run_inline_when_idle);
   if (info.seq) {
-    w.Key("seq_bucket_promotion"); w.Bool(c.seq_bucket_promotion);
+    w.Key("seq_bucket_promotion");
+    if (c.seq_bucket_promotion == SeqPromotion::kAuto)
+      write_text(w, "auto");
+    else
+      w.Bool(c.seq_bucket_promotion == SeqPromotion::kOn);
   }
   if (c.model_warmup) {
     w.Key("model_warmup");

@@ -49,7 +49,8 @@ Scheduler::Scheduler(std::vector<Instance> instances, const ModelConfig& config)
   if (config_.preferred_batch_sizes.empty())
     for (int64_t b : mi.graph_buckets)
       if (b <= config_.max_batch_size) targets_.push_back(b);
-  promote_ = mi.seq.has_value() && config_.seq_bucket_promotion && batching();
+  if (mi.seq.has_value() && batching()) promotion_ = config_.seq_bucket_promotion;
+  stats_.seq_promoting = promotion_ == SeqPromotion::kOn;
   instance_busy_.assign(instances_.size(), 0);
   for (size_t i = 0; i < instances_.size(); ++i) runners_.emplace_back([this, i] { runner_loop(i); });
 }
@@ -124,7 +125,7 @@ auto Scheduler::submit(std::vector<Tensor> inputs, std::vector<bool> wanted, std
   }
   if (run_inline) {
     std::vector<std::shared_ptr<Job>> jobs{job};
-    execute(0, jobs);
+    execute(0, jobs, std::nullopt);
     std::lock_guard<std::mutex> lock(mu_);
     instance_busy_[0] = 0;
   }
@@ -213,11 +214,12 @@ void Scheduler::runner_loop(size_t instance) {
       if (stop_ && queue_.empty()) return;
       continue;
     }
-    auto jobs = take_batch(lock);
+    bool formed_promoting = false;
+    auto jobs = take_batch(lock, formed_promoting);
     if (jobs.empty()) continue;
     instance_busy_[instance] = 1;
     lock.unlock();
-    execute(instance, jobs);
+    execute(instance, jobs, formed_promoting);
     lock.lock();
     instance_busy_[instance] = 0;
     // A runner holding a partial batch for the delay re-checks now: with every instance idle it sends at once.
@@ -225,7 +227,8 @@ void Scheduler::runner_loop(size_t instance) {
   }
 }
 
-auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<std::shared_ptr<Job>> {
+auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock, bool& formed_promoting)
+    -> std::vector<std::shared_ptr<Job>> {
   std::vector<std::shared_ptr<Job>> jobs;
   const int64_t full = targets_.empty() ? config_.max_batch_size : targets_.back();
   const auto& pref = config_.preferred_batch_sizes;
@@ -279,7 +282,7 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
       break;
     }
     // With promotion, the head's batch is full when it fills taking the shorter buckets' requests.
-    if (promote_) {
+    if (promoting()) {
       const LengthChoice c = promotion(queue_.front());
       if (c.promote && c.rows >= full) {
         chosen = groups[0];
@@ -293,7 +296,8 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
   const auto& leader = chosen.leader;
   // With promotion: the leader's bucket alone, or a longer one that also takes the shorter buckets' requests.
   std::optional<int64_t> promote_to;
-  if (promote_) {
+  formed_promoting = promoting();
+  if (formed_promoting) {
     const LengthChoice c = promotion(leader);
     if (c.promote) {
       promote_to = c.length;
@@ -323,14 +327,16 @@ auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock) -> std::vector<st
   return jobs;
 }
 
-void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs) {
+void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs,
+                        std::optional<bool> formed_promoting) {
   Batch batch;
   batch.reserve(jobs.size());
   for (auto& j : jobs) batch.push_back(&j->request);
   // A promoted batch: the requests of shorter buckets padded to its length (service.cpp cuts each answer
   // back to the request's own length).
   int64_t length = 0, promoted = 0;
-  if (promote_) {
+  const bool promotes = promotion_ != SeqPromotion::kOff;
+  if (promotes) {
     for (auto* r : batch) length = std::max(length, seq_length(*r));
     const SeqInfo& seq = *info().seq;
     for (auto* r : batch) {
@@ -342,15 +348,26 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
   }
   BatchTimes times;
   std::optional<ServeError> error = run_batch(*instances_[instance].model, batch, times);
-  if (promote_ && !error) {
+  bool trial_ended = false, promoting_now = false;
+  if (promotes && !error) {
     const double seconds = std::chrono::duration<double>(times.model_end - times.model_start).count();
     std::lock_guard<std::mutex> lock(mu_);
     cost_.add(length * computed_rows(total_rows(batch), info().graph_buckets), seconds);
+    if (promotion_ == SeqPromotion::kAuto && formed_promoting) {
+      const double end = std::chrono::duration<double>(times.model_end.time_since_epoch()).count();
+      trial_ended = trial_.record(*formed_promoting, total_rows(batch), end);
+    }
+    promoting_now = promoting();
   }
   {
     std::lock_guard<std::mutex> sl(stats_mu_);
     record_batch(stats_, instance, batch, times, !error);
     stats_.seq_promoted += static_cast<uint64_t>(promoted);
+    if (promotes && !error) stats_.seq_promoting = promoting_now;
+    if (trial_ended) {
+      ++stats_.seq_promotion_trials;
+      if (promoting_now) ++stats_.seq_promotion_trials_won;  // a trial ends holding its winner
+    }
   }
   for (auto& j : jobs) finish(*j, error);
 }

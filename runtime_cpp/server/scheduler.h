@@ -14,7 +14,8 @@
 // to the largest bucket the queue fills (the rest waits for the next batch), so no rows are padded. With
 // sequence buckets and the config's seq_bucket_promotion, a batch may also take the queued
 // requests of shorter buckets, padded up to a longer one, where the calls measured so far say that serves
-// more rows per second (seq_promotion.h).
+// more rows per second (seq_promotion.h); with "auto", only while trials say promotion serves more rows per
+// second than batching each bucket alone (PromotionTrial).
 // Blocking: infer() blocks the calling thread until its answer is ready; submit() returns at once (unless it
 // runs the request inline) and calls back when the answer is ready, for a transport that does not wait
 // (gRPC). Thread-safety: every public method may be called from any thread. The destructor answers
@@ -93,8 +94,14 @@ class Scheduler {
  private:
   void runner_loop(size_t instance);
   void finish(Job& job, std::optional<ServeError> error);
-  std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock);
-  void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs);
+  // The next batch, and whether it was formed with promotion (for the trial).
+  std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock, bool& formed_promoting);
+  // `formed_promoting`: how the batch was formed, for an "auto" trial; unset for a request run inline.
+  void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs, std::optional<bool> formed_promoting);
+  // Whether batches are formed with promotion now (with mu_ held).
+  bool promoting() const {
+    return promotion_ == SeqPromotion::kOn || (promotion_ == SeqPromotion::kAuto && trial_.promoting());
+  }
   // With sequence buckets: the length (as padded) of a request's bucketed inputs; else 0.
   int64_t seq_length(const BatchRequest& r) const;
   // Whether `j` may join a batch run at `length`: its other trailing dims equal `leader`'s, its own length
@@ -110,7 +117,7 @@ class Scheduler {
   ModelConfig config_;
   std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
 
-  mutable std::mutex mu_;  // guards queue_, stop_, instance_busy_ and cost_
+  mutable std::mutex mu_;  // guards queue_, stop_, instance_busy_, cost_ and trial_
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
@@ -118,8 +125,10 @@ class Scheduler {
   // one is; see all_idle().
   std::vector<char> instance_busy_;
   std::vector<std::thread> runners_;
-  bool promote_ = false;  // sequence buckets with seq_bucket_promotion on, and batching
+  // seq_bucket_promotion where the package has sequence buckets and batching is on; else off.
+  SeqPromotion promotion_ = SeqPromotion::kOff;
   CallCost cost_;         // the model's calls so far, for promotion
+  PromotionTrial trial_;  // "auto": which mode serves now
 
   mutable std::mutex stats_mu_;  // guards stats_
   ModelStats stats_;

@@ -91,4 +91,40 @@ LengthChoice choose_length(int64_t leader_length, int64_t leader_rows, const std
   return best;
 }
 
+void PromotionTrial::start(Phase phase, bool promoting) {
+  phase_ = phase;
+  promoting_ = promoting;
+  calls_ = 0;
+  since_ = 0;
+  rows_ = 0;
+}
+
+bool PromotionTrial::record(bool promoting, int64_t rows, double end_seconds) {
+  if (promoting != promoting_) return false;  // formed before the last switch
+  ++calls_;
+  if (phase_ == Phase::kHold) {
+    if (calls_ >= s_.hold) start(Phase::kFirst, promoting_);
+    return false;
+  }
+  if (calls_ <= s_.settle) {
+    since_ = end_seconds;
+    return false;
+  }
+  rows_ += rows;
+  if (calls_ < s_.settle + s_.window) return false;
+  const double rate = static_cast<double>(rows_) / std::max(end_seconds - since_, 1e-9);
+  if (phase_ == Phase::kFirst) {
+    first_rows_per_second_ = rate;
+    start(Phase::kSecond, !promoting_);
+    return false;
+  }
+  Verdict v;
+  v.on_rows_per_second = promoting_ ? rate : first_rows_per_second_;
+  v.off_rows_per_second = promoting_ ? first_rows_per_second_ : rate;
+  v.promote = v.on_rows_per_second > v.off_rows_per_second;
+  verdict_ = v;
+  start(Phase::kHold, v.promote);
+  return true;
+}
+
 }  // namespace aotc::server

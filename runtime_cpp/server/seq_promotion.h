@@ -8,9 +8,10 @@
 // (CallCost); choose_length() then runs the batch at the candidate length that serves the most rows per
 // second. At long sequences on a GPU it promotes more than pays, with these times or with times of each
 // shape taken alone (tried): it weighs the queue as it stands, and under load the requests a batch leaves
-// behind are joined by new ones (docs/performance.md, Sequence buckets), so it is off unless config.json
-// turns it on.
-// Ownership: plain values. Thread-safety: none; the Scheduler holds its lock around both.
+// behind are joined by new ones (docs/performance.md, Sequence buckets). So with seq_bucket_promotion "auto"
+// (PromotionTrial) the server serves trial windows with promotion off and on, and keeps whichever served
+// more rows per second, until the next trial.
+// Ownership: plain values. Thread-safety: none; the Scheduler holds its lock around all three.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,51 @@ struct LengthChoice {
 LengthChoice choose_length(int64_t leader_length, int64_t leader_rows, const std::vector<Candidate>& queued,
                            const std::vector<int64_t>& lengths, int64_t max_rows, const std::vector<int64_t>& targets,
                            const std::vector<int64_t>& graph_buckets, const CallCost& cost);
+
+// seq_bucket_promotion "auto": whether batches are formed with promotion, decided by measuring both. A trial
+// serves a window of calls in the mode held so far, then one in the other; each window skips its first
+// `settle` calls (the queue left by the other mode) and counts the rows the next `window` calls serve per
+// second of wall time, from the end of the last skipped call to the end of the last counted one. The mode that
+// served more is held for `hold` calls, then the next trial starts (the load may have changed). Rows per
+// second, not model time per row: promotion's loss at long sequences is runners left idle (it drains the queue
+// into fewer, longer batches) as much as the padding it computes. Below saturation both modes serve what
+// arrives and either may win. Until the first trial ends: off.
+class PromotionTrial {
+ public:
+  struct Settings {
+    int64_t settle = 32;
+    int64_t window = 192;
+    int64_t hold = 3072;
+  };
+  // What a trial measured: rows served per second in each mode.
+  struct Verdict {
+    double off_rows_per_second = 0;
+    double on_rows_per_second = 0;
+    bool promote = false;
+  };
+  PromotionTrial() : PromotionTrial(Settings{}) {}
+  explicit PromotionTrial(Settings s) : s_(s) {}
+
+  // The mode the next batch is formed in.
+  bool promoting() const { return promoting_; }
+  // A call whose batch was formed with promotion `promoting` served `rows` rows, ending at `end_seconds` (any
+  // steady clock, in seconds). Returns true when it ended a trial (verdict() holds the new one).
+  bool record(bool promoting, int64_t rows, double end_seconds);
+  const std::optional<Verdict>& verdict() const { return verdict_; }
+
+ private:
+  enum class Phase { kFirst, kSecond, kHold };
+  void start(Phase phase, bool promoting);
+
+  Settings s_;
+  Phase phase_ = Phase::kFirst;
+  bool promoting_ = false;
+  int64_t calls_ = 0;  // calls recorded in this phase, in its mode
+  double since_ = 0;   // the window's start: the end of its last settling call
+  int64_t rows_ = 0;   // served in the window
+  double first_rows_per_second_ = 0;  // the trial's first window
+  std::optional<Verdict> verdict_;
+};
 
 // The rows a batch that could take `rows` is cut to: the largest of `targets` (ascending) at most `rows`, or
 // `max_rows` when none is (or there are no targets).

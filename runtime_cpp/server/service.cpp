@@ -330,6 +330,15 @@ std::string metrics_text(const Repository& repo) {
   family("aotc_seq_promoted_count", "counter",
          "Number of requests run padded to a longer sequence bucket than their own",
          [](const ModelStats& s) { return s.seq_promoted; });
+  family("aotc_seq_promotion_active", "gauge",
+         "1 while batches are formed with sequence-bucket promotion (config seq_bucket_promotion), else 0",
+         [](const ModelStats& s) { return s.seq_promoting ? 1 : 0; });
+  family("aotc_seq_promotion_trials_count", "counter",
+         "Number of seq_bucket_promotion \"auto\" trials ended (promotion off against on)",
+         [](const ModelStats& s) { return s.seq_promotion_trials; });
+  family("aotc_seq_promotion_trials_won_count", "counter",
+         "Number of seq_bucket_promotion \"auto\" trials that promotion won",
+         [](const ModelStats& s) { return s.seq_promotion_trials_won; });
   cpu_metrics(out);
   return out.str();
 }

@@ -147,6 +147,9 @@ struct WarmupSample {
   std::vector<std::pair<std::string, Input>> inputs;  // by input name, as given
 };
 
+// config.json's seq_bucket_promotion: false, true or "auto".
+enum class SeqPromotion { kOff, kOn, kAuto };
+
 // DIR/<model>/config.json, with defaults filled in from the manifest by the repository.
 struct ModelConfig {
   int64_t max_batch_size = -1;             // 0 turns dynamic batching off; -1 = default from the manifest
@@ -156,9 +159,10 @@ struct ModelConfig {
   // runner and back).
   bool run_inline_when_idle = true;
   // With sequence buckets: a batch may take shorter buckets' requests padded to a longer bucket, where the
-  // measured calls say that serves more rows per second (seq_promotion.h). Off by default: it pays where
-  // calls are launch-bound (short sequences on a GPU) and lost where they are compute-bound (docs/server.md).
-  bool seq_bucket_promotion = false;
+  // measured calls say that serves more rows per second (seq_promotion.h). It pays where calls are
+  // launch-bound (short sequences on a GPU) and loses where they are compute-bound (docs/server.md), so the
+  // default, "auto", measures both modes in turns and keeps the one that serves more rows per second.
+  SeqPromotion seq_bucket_promotion = SeqPromotion::kAuto;
   int64_t num_runners = 1;                 // model calls that may run at once
   int64_t max_queue_size = 4096;           // queued requests beyond this get 503
   std::optional<int64_t> device_index;     // CUDA packages: the GPU; unset = the server's --device-index
@@ -270,6 +274,9 @@ struct ModelStats {
   uint64_t inference_count = 0;            // rows inferred (sum of request batch sizes)
   uint64_t execution_count = 0;            // model calls
   uint64_t seq_promoted = 0;               // requests run padded to a longer sequence bucket than their own
+  bool seq_promoting = false;              // batches are formed with sequence-bucket promotion now
+  uint64_t seq_promotion_trials = 0;       // "auto": trials ended, and those promotion won
+  uint64_t seq_promotion_trials_won = 0;
   Duration success, fail, queue, compute_input, compute_infer, compute_output;
   std::map<std::string, uint64_t> failures_by_reason;  // REJECTED, CANCELED, BACKEND, OTHER
   std::map<int64_t, BatchStats> batch_stats;           // keyed by the batch size run

@@ -4,6 +4,7 @@
 // timing. Waits have a generous guard that aborts the test instead of hanging; nothing asserts a speed.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -835,7 +836,7 @@ struct PromotionSetup {
 TEST(Scheduler, PromotesShorterBucketsWhereCallsCostTheSame) {
   for (bool on : {true, false}) {
     ModelConfig c = config(8);
-    c.seq_bucket_promotion = on;
+    c.seq_bucket_promotion = on ? SeqPromotion::kOn : SeqPromotion::kOff;
     PromotionSetup setup(c, 1);
     auto& model = setup.model;
     auto& s = setup.s;
@@ -871,7 +872,7 @@ TEST(Scheduler, PromotesShorterBucketsWhereCallsCostTheSame) {
 // once when taking the shorter buckets' requests fills it, instead of waiting out max_queue_delay_us.
 TEST(Scheduler, APromotedBatchThatFillsGoesAtOnce) {
   ModelConfig c = config(/*max_batch_size=*/2, kForever);
-  c.seq_bucket_promotion = true;
+  c.seq_bucket_promotion = SeqPromotion::kOn;
   PromotionSetup setup(c, /*instances=*/2);
   auto& model = setup.model;
   const size_t before = setup.before;
@@ -886,6 +887,105 @@ TEST(Scheduler, APromotedBatchThatFillsGoesAtOnce) {
   EXPECT_EQ(calls.back().firsts, (std::vector<float>{1, 2}));
   model->release();
   for (auto* f : {&a, &b, &d}) await(*f);
+}
+
+// ---- seq_bucket_promotion "auto" (PromotionTrial) ----
+
+namespace trial {
+
+constexpr PromotionTrial::Settings kSmall{/*settle=*/2, /*window=*/4, /*hold=*/10};
+
+// A trial and a clock: calls() records `n` calls formed in `promoting` mode, each serving `rows` rows and
+// ending `apart` seconds after the one before; returns whether one of them ended a trial.
+struct Clocked {
+  PromotionTrial t{kSmall};
+  double now = 100;
+  bool calls(bool promoting, int n, int64_t rows, double apart) {
+    bool ended = false;
+    for (int i = 0; i < n; ++i) {
+      now += apart;
+      ended = t.record(promoting, rows, now) || ended;
+    }
+    return ended;
+  }
+};
+
+}  // namespace trial
+
+TEST(PromotionTrial, MeasuresOffThenOnAndHoldsTheModeThatServedMore) {
+  trial::Clocked c;
+  PromotionTrial& t = c.t;
+  EXPECT_FALSE(t.promoting());  // off until a trial ends
+  EXPECT_FALSE(t.verdict());
+  // Off: the settling calls are not counted (the first ends after a long wait), then 4 calls of 4 rows, one
+  // every 4 ms: 1000 rows/s.
+  EXPECT_FALSE(c.calls(false, 1, 1, 1.0));
+  EXPECT_FALSE(c.calls(false, 1, 4, 0.004));
+  EXPECT_FALSE(c.calls(false, 4, 4, 0.004));
+  EXPECT_TRUE(t.promoting());  // the trial's second window
+  // Calls formed off that end after the switch do not count for on.
+  EXPECT_FALSE(c.calls(false, 3, 100, 0.001));
+  // On: 8 rows every 5 ms after settling, 1600 rows/s.
+  EXPECT_FALSE(c.calls(true, 5, 8, 0.005));
+  EXPECT_TRUE(c.calls(true, 1, 8, 0.005));
+  ASSERT_TRUE(t.verdict());
+  EXPECT_TRUE(t.verdict()->promote);
+  EXPECT_NEAR(t.verdict()->off_rows_per_second, 1000, 1e-6);
+  EXPECT_NEAR(t.verdict()->on_rows_per_second, 1600, 1e-6);
+  EXPECT_TRUE(t.promoting());
+  // Held for 10 calls, then the next trial starts in the held mode (on) and tries off second.
+  EXPECT_FALSE(c.calls(true, 10, 8, 0.005));
+  EXPECT_TRUE(t.promoting());
+  EXPECT_FALSE(c.calls(true, 6, 8, 0.005));
+  EXPECT_FALSE(t.promoting());
+  // The load changed: off now serves 8 rows every 4 ms, and the verdict turns promotion off.
+  EXPECT_TRUE(c.calls(false, 6, 8, 0.004));
+  EXPECT_FALSE(t.verdict()->promote);
+  EXPECT_NEAR(t.verdict()->on_rows_per_second, 1600, 1e-6);
+  EXPECT_NEAR(t.verdict()->off_rows_per_second, 2000, 1e-6);
+  EXPECT_FALSE(t.promoting());
+}
+
+TEST(PromotionTrial, OffWinsWherePromotionServesFewerRowsPerSecond) {
+  trial::Clocked c;
+  c.calls(false, 6, 8, 0.004);              // off: 2000 rows/s
+  EXPECT_TRUE(c.calls(true, 6, 16, 0.010));  // on: fuller, padded calls that come slower, 1600 rows/s
+  EXPECT_FALSE(c.t.verdict()->promote);
+  EXPECT_FALSE(c.t.promoting());
+  // Calls of the losing mode still in flight change nothing.
+  EXPECT_FALSE(c.calls(true, 20, 16, 0.0001));
+  EXPECT_FALSE(c.t.promoting());
+}
+
+// Through the scheduler, "auto" with a model whose every call costs a fixed 2 ms: 8 clients each send
+// requests of a bucket drawn at random, so batching each bucket alone splits the queue in two; a trial
+// measures that promotion serves more rows per second, and the scheduler goes on promoting.
+TEST(Scheduler, AutoPromotionKeepsPromotingWhereItServesMoreRowsPerCall) {
+  auto model = std::make_shared<FakeModel>();
+  model->set_seq({2, 4});
+  model->set_delay(std::chrono::milliseconds(2));
+  ModelConfig c = config(/*max_batch_size=*/8);
+  c.seq_bucket_promotion = SeqPromotion::kAuto;
+  auto s = scheduler(model, c);
+  EXPECT_FALSE(s->stats().seq_promoting);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (unsigned i = 0; i < 8; ++i)
+    clients.emplace_back([&, seed = i + 1] {
+      unsigned state = seed;
+      while (!stop.load()) {
+        state = state * 1103515245u + 12345u;
+        const bool longer = (state >> 16) & 1;
+        s->infer({input(longer ? std::vector<float>{4, 4, 4, 4} : std::vector<float>{2, 2})}, std::nullopt);
+      }
+    });
+  eventually([&] { return s->stats().seq_promotion_trials >= 1; }, "a promotion trial to end");
+  stop = true;
+  for (auto& t : clients) t.join();
+  const ModelStats st = s->stats();
+  EXPECT_EQ(st.seq_promotion_trials_won, st.seq_promotion_trials);
+  EXPECT_TRUE(st.seq_promoting);
+  EXPECT_GT(st.seq_promoted, 0u);
 }
 
 }  // namespace
