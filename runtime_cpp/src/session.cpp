@@ -248,13 +248,13 @@ std::vector<at::Tensor> Session::run(const std::vector<at::Tensor>& inputs, cons
     if (size != length) prepared = pad_sequence(man, prepared, size);
   }
   const bool cut = man.seq && size != length;
-  std::vector<OutputSink> none;
-  std::vector<OutputSink>& direct = cut ? none : sinks;  // a cut output is written to its sink after the cut
   Graphs& g = *impl_->buckets.at(size);
   std::vector<at::Tensor> outputs;
   try {
     c10::InferenceMode guard;
 #ifdef AOTC_WITH_CUDA
+    std::vector<OutputSink> none;
+    std::vector<OutputSink>& direct = cut ? none : sinks;  // a cut output is written to its sink after the cut
     if (g.cuda) outputs = g.cuda->run(prepared, wanted, &direct);
     else
 #endif
