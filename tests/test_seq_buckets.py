@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -202,6 +204,55 @@ def test_promotion_pads_shorter_buckets_into_a_longer_batch_and_answers_each_at_
             if promoted:
                 break
         assert promoted > 0, "no request of bucket 16 ran in a bucket-64 batch"
+
+
+def test_auto_promotion_runs_trials_under_load_and_every_answer_stays_right(tmp_path, pkg):
+    """seq_bucket_promotion "auto" (the default): under steady load the server serves a trial of a few hundred
+    calls with promotion off, then on, and holds the one that served more; through the switch every answer
+    still equals eager at its own length. Which mode wins is the machine's timing; the test asserts only that
+    a trial ended and what the counters say of it."""
+    repo = make_repository(tmp_path / "repo", {"bert": pkg},
+                           {"bert": {"max_batch_size": 16, "max_queue_delay_us": 2000, "run_inline_when_idle": False}})
+    lengths = [9, 50, 12, 64, 16, 40, 10, 33]  # buckets 16, 32 and 64
+    cases = [_inputs(1, n, 500 + i) for i, n in enumerate(lengths)]
+    refs = [eager_reference("models/hf_bert.py", inputs=c)[2] for c in cases]
+    stop = threading.Event()
+    with Server("cpp", repo) as s:
+        def client(i):
+            k = i
+            while not stop.is_set():
+                c = k % len(cases)
+                k += 1
+                status, r = s.json("POST", "/v2/models/bert/infer", _body(*cases[c]))
+                assert status == 200, r
+                out = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in r["outputs"]}
+                assert out["last_hidden_state"].shape == (1, lengths[c], 64)
+                np.testing.assert_allclose(out["last_hidden_state"], refs[c][0].numpy(), atol=1e-4, rtol=1e-3)
+
+        def counters():
+            text = s.request("GET", "/metrics")[2].decode()
+            return {name: metric(text, f"aotc_seq_promotion_{name}", "bert")
+                    for name in ("trials_count", "trials_won_count", "active")}
+
+        def watch():  # stops the clients once a trial has ended (or after the guard)
+            try:
+                until = time.monotonic() + 180
+                while time.monotonic() < until and counters()["trials_count"] < 1:
+                    time.sleep(0.2)
+            finally:
+                stop.set()
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        errors = run_clients(16, client)
+        stop.set()
+        watcher.join()
+        assert errors == [], errors[:3]
+        got = counters()
+        assert got["trials_count"] >= 1, f"no promotion trial ended under 180 s of load: {got}"
+        assert 0 <= got["trials_won_count"] <= got["trials_count"] and got["active"] in (0, 1), got
+        status, _ = s.json("GET", "/v2/health/ready")
+        assert status == 200
 
 
 def test_grpc_and_shared_memory_answers_are_cut_to_the_request(tmp_path, pkg):
