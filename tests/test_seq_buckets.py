@@ -208,9 +208,9 @@ def test_promotion_pads_shorter_buckets_into_a_longer_batch_and_answers_each_at_
 
 def test_auto_promotion_runs_trials_under_load_and_every_answer_stays_right(tmp_path, pkg):
     """seq_bucket_promotion "auto" (the default): under steady load the server serves a trial of a few hundred
-    calls with promotion off, then on, and holds the one that served more; through the switch every answer
-    still equals eager at its own length. Which mode wins is the machine's timing; the test asserts only that
-    a trial ended and what the counters say of it."""
+    calls with promotion off, then on, and holds the one that served more (with rates alike, the one with less
+    model time per row); through the switch every answer still equals eager at its own length. Which mode wins
+    is the machine's timing; the test asserts only that a trial ended and what the counters say of it."""
     repo = make_repository(tmp_path / "repo", {"bert": pkg},
                            {"bert": {"max_batch_size": 16, "max_queue_delay_us": 2000, "run_inline_when_idle": False}})
     lengths = [9, 50, 12, 64, 16, 40, 10, 33]  # buckets 16, 32 and 64

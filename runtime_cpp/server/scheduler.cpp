@@ -355,7 +355,7 @@ void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs
     cost_.add(length * computed_rows(total_rows(batch), info().graph_buckets), seconds);
     if (promotion_ == SeqPromotion::kAuto && formed_promoting) {
       const double end = std::chrono::duration<double>(times.model_end.time_since_epoch()).count();
-      trial_ended = trial_.record(*formed_promoting, total_rows(batch), end);
+      trial_ended = trial_.record(*formed_promoting, total_rows(batch), seconds, end);
     }
     promoting_now = promoting();
   }

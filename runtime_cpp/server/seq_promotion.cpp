@@ -2,6 +2,7 @@
 #include "seq_promotion.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace aotc::server {
 
@@ -97,9 +98,10 @@ void PromotionTrial::start(Phase phase, bool promoting) {
   calls_ = 0;
   since_ = 0;
   rows_ = 0;
+  seconds_ = 0;
 }
 
-bool PromotionTrial::record(bool promoting, int64_t rows, double end_seconds) {
+bool PromotionTrial::record(bool promoting, int64_t rows, double model_seconds, double end_seconds) {
   if (promoting != promoting_) return false;  // formed before the last switch
   ++calls_;
   if (phase_ == Phase::kHold) {
@@ -111,17 +113,27 @@ bool PromotionTrial::record(bool promoting, int64_t rows, double end_seconds) {
     return false;
   }
   rows_ += rows;
+  seconds_ += model_seconds;
   if (calls_ < s_.settle + s_.window) return false;
+  const double served = static_cast<double>(std::max<int64_t>(rows_, 1));
   const double rate = static_cast<double>(rows_) / std::max(end_seconds - since_, 1e-9);
+  const double per_row = seconds_ / served;
   if (phase_ == Phase::kFirst) {
-    first_rows_per_second_ = rate;
+    first_rate_ = rate;
+    first_seconds_per_row_ = per_row;
     start(Phase::kSecond, !promoting_);
     return false;
   }
   Verdict v;
-  v.on_rows_per_second = promoting_ ? rate : first_rows_per_second_;
-  v.off_rows_per_second = promoting_ ? first_rows_per_second_ : rate;
-  v.promote = v.on_rows_per_second > v.off_rows_per_second;
+  v.on_rows_per_second = promoting_ ? rate : first_rate_;
+  v.off_rows_per_second = promoting_ ? first_rate_ : rate;
+  v.on_seconds_per_row = promoting_ ? per_row : first_seconds_per_row_;
+  v.off_seconds_per_row = promoting_ ? first_seconds_per_row_ : per_row;
+  const double higher = std::max(v.on_rows_per_second, v.off_rows_per_second);
+  if (std::abs(v.on_rows_per_second - v.off_rows_per_second) <= s_.tie * higher)
+    v.promote = v.on_seconds_per_row < v.off_seconds_per_row;
+  else
+    v.promote = v.on_rows_per_second > v.off_rows_per_second;
   verdict_ = v;
   start(Phase::kHold, v.promote);
   return true;

@@ -68,22 +68,25 @@ LengthChoice choose_length(int64_t leader_length, int64_t leader_rows, const std
 // seq_bucket_promotion "auto": whether batches are formed with promotion, decided by measuring both. A trial
 // serves a window of calls in the mode held so far, then one in the other; each window skips its first
 // `settle` calls (the queue left by the other mode) and counts the rows the next `window` calls serve per
-// second of wall time, from the end of the last skipped call to the end of the last counted one. The mode that
-// served more is held for `hold` calls, then the next trial starts (the load may have changed). Rows per
-// second, not model time per row: promotion's loss at long sequences is runners left idle (it drains the queue
-// into fewer, longer batches) as much as the padding it computes. Below saturation both modes serve what
-// arrives and either may win. Until the first trial ends: off.
+// second of wall time (from the end of the last skipped call to the end of the last counted one) and their
+// model time per row. The mode that served more rows per second is held for `hold` calls, then the next trial
+// starts (the load may have changed). Rows per second, not model time per row: promotion's loss at long
+// sequences is runners left idle (it drains the queue into fewer, longer batches) as much as the padding it
+// computes. But below saturation both modes serve what arrives: where the two rates are within `tie` of each
+// other, the mode with less model time per row wins (it leaves the runners more idle time). Until the first
+// trial ends: off.
 class PromotionTrial {
  public:
   struct Settings {
     int64_t settle = 32;
     int64_t window = 192;
     int64_t hold = 3072;
+    double tie = 0.03;  // rates this close (a share of the higher) are one rate
   };
-  // What a trial measured: rows served per second in each mode.
+  // What a trial measured in each mode.
   struct Verdict {
-    double off_rows_per_second = 0;
-    double on_rows_per_second = 0;
+    double off_rows_per_second = 0, on_rows_per_second = 0;
+    double off_seconds_per_row = 0, on_seconds_per_row = 0;  // model time
     bool promote = false;
   };
   PromotionTrial() : PromotionTrial(Settings{}) {}
@@ -91,9 +94,10 @@ class PromotionTrial {
 
   // The mode the next batch is formed in.
   bool promoting() const { return promoting_; }
-  // A call whose batch was formed with promotion `promoting` served `rows` rows, ending at `end_seconds` (any
-  // steady clock, in seconds). Returns true when it ended a trial (verdict() holds the new one).
-  bool record(bool promoting, int64_t rows, double end_seconds);
+  // A call whose batch was formed with promotion `promoting` served `rows` rows in `model_seconds`, ending at
+  // `end_seconds` (any steady clock, in seconds). Returns true when it ended a trial (verdict() holds the new
+  // one).
+  bool record(bool promoting, int64_t rows, double model_seconds, double end_seconds);
   const std::optional<Verdict>& verdict() const { return verdict_; }
 
  private:
@@ -103,10 +107,11 @@ class PromotionTrial {
   Settings s_;
   Phase phase_ = Phase::kFirst;
   bool promoting_ = false;
-  int64_t calls_ = 0;  // calls recorded in this phase, in its mode
-  double since_ = 0;   // the window's start: the end of its last settling call
-  int64_t rows_ = 0;   // served in the window
-  double first_rows_per_second_ = 0;  // the trial's first window
+  int64_t calls_ = 0;    // calls recorded in this phase, in its mode
+  double since_ = 0;     // the window's start: the end of its last settling call
+  int64_t rows_ = 0;     // served in the window
+  double seconds_ = 0;   // their model time
+  double first_rate_ = 0, first_seconds_per_row_ = 0;  // the trial's first window
   std::optional<Verdict> verdict_;
 };
 

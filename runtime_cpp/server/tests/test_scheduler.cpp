@@ -895,16 +895,17 @@ namespace trial {
 
 constexpr PromotionTrial::Settings kSmall{/*settle=*/2, /*window=*/4, /*hold=*/10};
 
-// A trial and a clock: calls() records `n` calls formed in `promoting` mode, each serving `rows` rows and
-// ending `apart` seconds after the one before; returns whether one of them ended a trial.
+// A trial and a clock: calls() records `n` calls formed in `promoting` mode, each serving `rows` rows in
+// `model` seconds of model time (default: `apart`) and ending `apart` seconds after the one before; returns
+// whether one of them ended a trial.
 struct Clocked {
   PromotionTrial t{kSmall};
   double now = 100;
-  bool calls(bool promoting, int n, int64_t rows, double apart) {
+  bool calls(bool promoting, int n, int64_t rows, double apart, double model = -1) {
     bool ended = false;
     for (int i = 0; i < n; ++i) {
       now += apart;
-      ended = t.record(promoting, rows, now) || ended;
+      ended = t.record(promoting, rows, model < 0 ? apart : model, now) || ended;
     }
     return ended;
   }
@@ -955,6 +956,28 @@ TEST(PromotionTrial, OffWinsWherePromotionServesFewerRowsPerSecond) {
   // Calls of the losing mode still in flight change nothing.
   EXPECT_FALSE(c.calls(true, 20, 16, 0.0001));
   EXPECT_FALSE(c.t.promoting());
+}
+
+TEST(PromotionTrial, WhereBothServeWhatArrivesLessModelTimePerRowWins) {
+  // Below saturation both modes serve 8 rows every 4 ms (2000 rows/s). The mode whose calls take less model
+  // time per row wins: on with 2 ms calls against off's 3 ms, and off when the times are swapped.
+  for (bool on_cheaper : {true, false}) {
+    trial::Clocked c;
+    c.calls(false, 6, 8, 0.004, on_cheaper ? 0.003 : 0.002);
+    EXPECT_TRUE(c.calls(true, 6, 8, 0.004, on_cheaper ? 0.002 : 0.003));
+    EXPECT_EQ(c.t.verdict()->promote, on_cheaper);
+    EXPECT_NEAR(c.t.verdict()->on_seconds_per_row, on_cheaper ? 0.00025 : 0.000375, 1e-12);
+  }
+  // Rates 2% apart are one rate (tie 3%): off's cheaper calls win though on served more.
+  trial::Clocked near;
+  near.calls(false, 6, 8, 0.00408, 0.002);               // 1961 rows/s
+  EXPECT_TRUE(near.calls(true, 6, 8, 0.004, 0.003));      // 2000 rows/s
+  EXPECT_FALSE(near.t.verdict()->promote);
+  // 5% apart, the faster wins whatever its model time.
+  trial::Clocked apart;
+  apart.calls(false, 6, 8, 0.0042, 0.002);               // 1905 rows/s
+  EXPECT_TRUE(apart.calls(true, 6, 8, 0.004, 0.003));     // 2000 rows/s
+  EXPECT_TRUE(apart.t.verdict()->promote);
 }
 
 // Through the scheduler, "auto" with a model whose every call costs a fixed 2 ms: 8 clients each send
