@@ -443,6 +443,66 @@ def test_malformed_grpc_request(stub, case):
     assert_good_grpc(stub)
 
 
+# Bytes that are not the RPC's message: a string field 1 that is not UTF-8 (proto3 refuses it) and a field 1
+# that claims 5 bytes where 2 follow. The server parses every message itself (raw methods): gRPC's own parsing
+# would answer INTERNAL "Unable to parse request" and end a stream with OK, the rest of it unanswered.
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+NOT_UTF8, TRUNCATED = b"\x0a\x03m\xff\xfe", b"\x0a\x05ab"
+
+
+def _string_field_1(message):
+    f = message.fields_by_number.get(1)
+    return f if f is not None and f.type == f.TYPE_STRING else None
+
+
+def _unparsable():
+    for m in SERVICE.methods:
+        if m.client_streaming:
+            continue
+        yield pytest.param(m, TRUNCATED, id=f"{m.name}-truncated")
+        if _string_field_1(m.input_type):
+            yield pytest.param(m, NOT_UTF8, id=f"{m.name}-not-utf8")
+
+
+def _why(message, raw) -> str:
+    what = f"the {message.name} does not parse as the protobuf message it must be"
+    if raw == TRUNCATED:
+        return what + " (truncated, or not that message's wire format)"
+    return what + f": string field '{_string_field_1(message).full_name}' is not valid UTF-8 (proto3 strings must be)"
+
+
+@pytest.mark.parametrize("method,raw", list(_unparsable()))
+def test_a_message_that_does_not_parse_is_invalid_argument_saying_why(srv, stub, method, raw):
+    with grpc.insecure_channel(srv.grpc_url) as channel:
+        call = channel.unary_unary(f"/{SERVICE.full_name}/{method.name}")  # bytes in, bytes out
+        e = rpc_failure(call, raw)
+    assert (e.code(), e.details()) == (grpc.StatusCode.INVALID_ARGUMENT, _why(method.input_type, raw))
+    assert "libprotobuf" not in srv.log()  # the reason went to the client, not into the server's log
+    assert_good_grpc(stub)
+
+
+def test_a_stream_answers_a_message_that_does_not_parse_and_goes_on(srv):
+    """Good, not UTF-8, truncated, good on one raw stream: four answers, the two bad ones an error_message each
+    saying why (nothing of the bad message echoed), the good ones right, and the stream ends OK."""
+    a, b = simple_inputs(1, seed=5)
+    good = [grpc_request("simple", simple_specs(a, b)) for _ in range(2)]
+    for i, g in enumerate(good):
+        g.id = f"g{i}"
+    sent = [good[0].SerializeToString(), NOT_UTF8, TRUNCATED, good[1].SerializeToString()]
+    with grpc.insecure_channel(srv.grpc_url) as channel:
+        stream = channel.stream_stream(f"/{SERVICE.full_name}/ModelStreamInfer")
+        got = [pb.ModelStreamInferResponse.FromString(r) for r in stream(iter(sent), timeout=T)]
+    request = pb.ModelInferRequest.DESCRIPTOR
+    errors = sorted(r.error_message for r in got if r.error_message)
+    assert errors == sorted([_why(request, NOT_UTF8), _why(request, TRUNCATED)]), got
+    assert all(r.infer_response.model_name == "" and r.infer_response.id == "" for r in got if r.error_message)
+    answers = {r.infer_response.id: decode(r.infer_response) for r in got if not r.error_message}
+    assert sorted(answers) == ["g0", "g1"], got
+    for out in answers.values():
+        assert (out["OUTPUT0"] == a + b).all() and (out["OUTPUT1"] == a - b).all()
+    assert "libprotobuf" not in srv.log()
+
+
 def test_trace_and_log_settings_are_unimplemented(client):
     for call in (lambda: client.get_trace_settings(client_timeout=T),
                  lambda: client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}, client_timeout=T),

@@ -3,8 +3,15 @@
 // contents are converted element by element into the declared datatype with a range check.
 #include "grpc_codec.h"
 
+#include <google/protobuf/stubs/logging.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace aotc::server::grpc_codec {
 namespace {
@@ -163,14 +170,6 @@ void write_infer_head(const InferResponse& r, inference::ModelInferResponse& out
 
 }  // namespace
 
-void write_infer_response(const InferResponse& r, inference::ModelInferResponse& out) {
-  write_infer_head(r, out);
-  for (const auto& o : r.outputs) {
-    std::string* raw = out.add_raw_output_contents();
-    if (!o.shm) raw->assign(o.tensor.bytes.data(), o.tensor.bytes.size());
-  }
-}
-
 namespace {
 
 // A protobuf varint.
@@ -212,6 +211,78 @@ grpc::ByteBuffer serialize_infer_response(const InferResponse& r) {
   }
   if (!pending.empty()) slices.emplace_back(pending);
   return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+namespace {
+
+// Where protobuf's log lines go on this thread while parse_message runs; null elsewhere.
+thread_local std::string* t_protobuf_log = nullptr;
+
+void protobuf_log(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+  if (t_protobuf_log && level < google::protobuf::LOGLEVEL_FATAL) {
+    if (t_protobuf_log->empty()) *t_protobuf_log = message;
+    return;
+  }
+  static const char* const kLevels[] = {"INFO", "WARNING", "ERROR", "FATAL"};
+  std::fprintf(stderr, "[libprotobuf %s %s:%d] %s\n", kLevels[std::min<int>(level, 3)], file, line, message.c_str());
+}
+
+// protobuf's reason, in the server's words: "String field 'inference.X.name' contains invalid UTF-8 data when
+// parsing a protocol buffer. Use the 'bytes' type ..." -> "string field 'inference.X.name' is not valid UTF-8".
+std::string parse_reason(const std::string& logged) {
+  const size_t open = logged.find('\''), close = open == std::string::npos ? open : logged.find('\'', open + 1);
+  if (logged.find("invalid UTF-8") != std::string::npos && close != std::string::npos)
+    return "string field " + logged.substr(open, close - open + 1) + " is not valid UTF-8 (proto3 strings must be)";
+  return logged.substr(0, logged.find(". "));
+}
+
+}  // namespace
+
+void route_protobuf_logs() { google::protobuf::SetLogHandler(&protobuf_log); }
+
+void parse_message(grpc::ByteBuffer& wire, google::protobuf::Message& message) {
+  std::string logged;
+  bool ok = false;
+  {
+    grpc::ProtoBufferReader reader(&wire);
+    t_protobuf_log = &logged;
+    ok = message.ParseFromZeroCopyStream(&reader);
+    t_protobuf_log = nullptr;
+  }
+  wire.Clear();
+  if (ok) return;
+  message.Clear();  // nothing half-parsed (a string that is not UTF-8) is echoed back
+  const std::string what = "the " + message.GetDescriptor()->name() + " does not parse as the protobuf message it must be";
+  throw bad_request(logged.empty() ? what + " (truncated, or not that message's wire format)"
+                                   : what + ": " + parse_reason(logged));
+}
+
+grpc::ByteBuffer serialize_message(const google::protobuf::Message& message) {
+  grpc::ByteBuffer out;
+  bool own = false;
+  if (!grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(message, &out, &own).ok())
+    throw std::runtime_error("cannot serialize a " + message.GetDescriptor()->name());
+  return out;
+}
+
+grpc::ByteBuffer serialize_stream_response(const InferResponse& r) {
+  const grpc::ByteBuffer inner = serialize_infer_response(r);
+  std::vector<grpc::Slice> slices;
+  inner.Dump(&slices);
+  std::string head(1, static_cast<char>((2 << 3) | 2));  // infer_response: field 2, length-delimited
+  put_varint(head, inner.Length());
+  slices.insert(slices.begin(), grpc::Slice(head));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+grpc::ByteBuffer serialize_stream_error(const std::string& error, const inference::ModelInferRequest& message) {
+  inference::ModelStreamInferResponse out;
+  out.set_error_message(error);
+  auto* r = out.mutable_infer_response();
+  r->set_model_name(message.model_name());
+  r->set_model_version(message.model_version());
+  r->set_id(message.id());
+  return serialize_message(out);
 }
 
 grpc::Status status_of(const ServeError& e) {

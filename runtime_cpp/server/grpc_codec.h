@@ -22,14 +22,26 @@ namespace aotc::server::grpc_codec {
 // `message`, which `owner` keeps alive; the caller keeps `owner` until the request is answered.
 InferRequest parse_infer_request(const inference::ModelInferRequest& message, std::shared_ptr<const void> owner);
 
-// Fills `out` from a response: every output's name, datatype and shape, and its bytes in
-// raw_output_contents (index-aligned; an output written to shared memory gets an empty entry, no parameters).
-void write_infer_response(const InferResponse& response, inference::ModelInferResponse& out);
-// The same answer serialized for the wire: the message without its raw_output_contents, then each output's
-// raw_output_contents field appended (protobuf concatenates repeated fields) as a slice over the output's own
-// buffer, so that an answer's tensor bytes are never copied on the way to the socket. Parses as
-// write_infer_response's message does.
+// A response as the ModelInferResponse on the wire: every output's name, datatype and shape, then each output's
+// raw_output_contents field (index-aligned; an output written to shared memory gets an empty entry, no
+// parameters) appended as a slice over the output's own buffer (protobuf concatenates repeated fields), so
+// that an answer's tensor bytes are never copied on the way to the socket.
 grpc::ByteBuffer serialize_infer_response(const InferResponse& response);
+
+// A message off the wire (every RPC is a raw method: gRPC hands over the bytes, the server parses them).
+// Throws ServeError(400) naming the message and, where protobuf says it, why it does not parse (a string field
+// that is not UTF-8), and leaves `message` empty; protobuf's own log line for that goes into the error, not to
+// stderr. `wire` is consumed.
+void parse_message(grpc::ByteBuffer& wire, google::protobuf::Message& message);
+grpc::ByteBuffer serialize_message(const google::protobuf::Message& message);
+// Routes protobuf's log lines: inside parse_message into its error, elsewhere to stderr as protobuf writes them.
+// Call once before serving (protobuf's handler is process-wide and not thread-safe to set).
+void route_protobuf_logs();
+
+// A ModelStreamInferResponse carrying `response` (serialize_infer_response's slices, the tensors viewed) and
+// one carrying an error for the request `message` (its model, version and id echoed).
+grpc::ByteBuffer serialize_stream_response(const InferResponse& response);
+grpc::ByteBuffer serialize_stream_error(const std::string& error, const inference::ModelInferRequest& message);
 
 // ServeError's HTTP status as a gRPC status code, the message unchanged.
 grpc::Status status_of(const ServeError& e);

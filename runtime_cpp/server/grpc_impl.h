@@ -75,29 +75,31 @@ class GrpcTimers {
 // Every RPC runs on the completion queues, polled by --grpc-infer-thread-count threads, each event handled on
 // the thread that polled it (no hand-off to an executor). No method is on gRPC's callback API: that API brings
 // gRPC's own pollers ("nexting" threads), which then read the connections and hand each call over to another
-// thread (docs/performance.md, perf_analyzer: HTTP and gRPC). ModelInfer is a raw method (byte buffers: the
-// answer's tensors go out as views).
+// thread (docs/performance.md, perf_analyzer: HTTP and gRPC). Every method is raw (byte buffers): the server
+// parses each message itself (grpc_codec::parse_message), so a malformed one is INVALID_ARGUMENT with the reason,
+// where gRPC's own parsing answers INTERNAL "Unable to parse request" and ends a stream with OK; and the
+// answer's tensors go out as views.
 using S = pb::GRPCInferenceService;
 using ServiceBase =
-    S::WithAsyncMethod_ServerLive<
-    S::WithAsyncMethod_ServerReady<
-    S::WithAsyncMethod_ModelReady<
-    S::WithAsyncMethod_ServerMetadata<
-    S::WithAsyncMethod_ModelMetadata<
-    S::WithAsyncMethod_ModelStreamInfer<
-    S::WithAsyncMethod_ModelConfig<
-    S::WithAsyncMethod_ModelStatistics<
-    S::WithAsyncMethod_RepositoryIndex<
-    S::WithAsyncMethod_RepositoryModelLoad<
-    S::WithAsyncMethod_RepositoryModelUnload<
-    S::WithAsyncMethod_SystemSharedMemoryStatus<
-    S::WithAsyncMethod_SystemSharedMemoryRegister<
-    S::WithAsyncMethod_SystemSharedMemoryUnregister<
-    S::WithAsyncMethod_CudaSharedMemoryStatus<
-    S::WithAsyncMethod_CudaSharedMemoryRegister<
-    S::WithAsyncMethod_CudaSharedMemoryUnregister<
-    S::WithAsyncMethod_TraceSetting<
-    S::WithAsyncMethod_LogSettings<
+    S::WithRawMethod_ServerLive<
+    S::WithRawMethod_ServerReady<
+    S::WithRawMethod_ModelReady<
+    S::WithRawMethod_ServerMetadata<
+    S::WithRawMethod_ModelMetadata<
+    S::WithRawMethod_ModelStreamInfer<
+    S::WithRawMethod_ModelConfig<
+    S::WithRawMethod_ModelStatistics<
+    S::WithRawMethod_RepositoryIndex<
+    S::WithRawMethod_RepositoryModelLoad<
+    S::WithRawMethod_RepositoryModelUnload<
+    S::WithRawMethod_SystemSharedMemoryStatus<
+    S::WithRawMethod_SystemSharedMemoryRegister<
+    S::WithRawMethod_SystemSharedMemoryUnregister<
+    S::WithRawMethod_CudaSharedMemoryStatus<
+    S::WithRawMethod_CudaSharedMemoryRegister<
+    S::WithRawMethod_CudaSharedMemoryUnregister<
+    S::WithRawMethod_TraceSetting<
+    S::WithRawMethod_LogSettings<
     S::WithRawMethod_ModelInfer<S::Service>>>>>>>>>>>>>>>>>>>>;
 
 // What a completion queue's event points at: a call (or one of a stream's operations), told whether its

@@ -1,7 +1,5 @@
 // The gRPC inference RPCs (grpc_server.h) on the completion queues: ModelInfer, and ModelStreamInfer with
 // back-pressure, both queued on the model's scheduler without a thread per call; the pollers of the queues.
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <deque>
 #include <utility>
 
@@ -65,12 +63,9 @@ class InferCall final : public CqTag {
     start_ = Clock::now();
     try {
       s_.check_auth(ctx_);
-      // The raw method: the request parsed here (as gRPC's own codec would), the answer serialized by
+      // The raw method: the request parsed here, the answer serialized by
       // grpc_codec::serialize_infer_response with its tensors viewed, not copied.
-      grpc::ProtoBufferReader reader(&wire_);
-      if (!q_.ParseFromZeroCopyStream(&reader))
-        throw bad_request("the ModelInferRequest does not parse as the protobuf message it must be");
-      wire_.Clear();
+      grpc_codec::parse_message(wire_, q_);
       if (s_.options.grpc_response_compression > 0)
         ctx_.set_compression_level(static_cast<grpc_compression_level>(s_.options.grpc_response_compression));
       // The input bytes are views of q_, which lives until this call is deleted.
@@ -107,11 +102,12 @@ class InferCall final : public CqTag {
 };
 
 // ModelStreamInfer: reads requests, queues each, writes one response per request as answers come (in the
-// order they are ready), one write at a time. At most kStreamInFlight requests are unanswered; the next read
-// waits for an answer to be written. Finishes once the client is done sending and every request is answered,
-// and is deleted when Finish's event comes back. Reads, writes and Finish each have a tag of their own: one of
-// each is outstanding at most. Answers arrive on the threads that ran them, the events on the queue's poller;
-// mu_ orders the two.
+// order they are ready), one write at a time. A message that does not parse is answered with an error_message
+// saying why, and the stream goes on (gRPC's framing is intact: only that message is bad). At most
+// kStreamInFlight requests are unanswered; the next read waits for an answer to be written. Finishes once the
+// client is done sending and every request is answered, and is deleted when Finish's event comes back. Reads,
+// writes and Finish each have a tag of their own: one of each is outstanding at most. Answers arrive on the
+// threads that ran them, the events on the queue's poller; mu_ orders the two.
 class InferStream {
  public:
   InferStream(GrpcServer::Impl& s, grpc::ServerCompletionQueue* cq) : s_(s), cq_(cq), stream_(&ctx_) {
@@ -124,7 +120,7 @@ class InferStream {
   struct Out {
     std::shared_ptr<pb::ModelInferRequest> message;
     std::shared_ptr<Scheduler> sched;
-    pb::ModelStreamInferResponse response;
+    grpc::ByteBuffer response;  // a ModelStreamInferResponse, serialized
     Clock::time_point start = Clock::now();
     grpc::StatusCode code = grpc::StatusCode::OK;  // the error's, for the log
   };
@@ -167,16 +163,17 @@ class InferStream {
     // never called and the Out is still in `held`.
     auto held = std::make_shared<std::unique_ptr<Out>>(std::make_unique<Out>());
     Out* o = held->get();
-    o->message = std::move(reading_);
+    o->message = std::make_shared<pb::ModelInferRequest>();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++in_flight_;
     }
     try {
+      grpc_codec::parse_message(reading_, *o->message);
       s_.infer(*o->message, o->message, o->sched, [this, held](InferResponse resp, std::optional<ServeError> error) {
         std::unique_ptr<Out> mine = std::move(*held);
         if (error) answer_error(*mine, *error);
-        else grpc_codec::write_infer_response(resp, *mine->response.mutable_infer_response());
+        else mine->response = grpc_codec::serialize_stream_response(resp);
         push(std::move(mine));
       });
     } catch (const ServeError& e) {
@@ -216,18 +213,11 @@ class InferStream {
 
   void on_finished(bool) { delete this; }
 
-  void read_next() {
-    reading_ = std::make_shared<pb::ModelInferRequest>();
-    stream_.Read(reading_.get(), read_op_.tag());
-  }
+  void read_next() { stream_.Read(&reading_, read_op_.tag()); }
 
   static void answer_error(Out& out, const ServeError& e) {
-    out.response.set_error_message(e.message());
+    out.response = grpc_codec::serialize_stream_error(e.message(), *out.message);
     out.code = grpc_codec::status_of(e).error_code();
-    auto* r = out.response.mutable_infer_response();
-    r->set_model_name(out.message->model_name());
-    r->set_model_version(out.message->model_version());
-    r->set_id(out.message->id());
   }
 
   void refuse(std::unique_ptr<Out> out, const ServeError& e) {
@@ -238,7 +228,7 @@ class InferStream {
   void push(std::unique_ptr<Out> out) {
     if (s_.options.log_requests) {
       s_.log("ModelStreamInfer", out->message->model_name(), Status(out->code, ""), out->message->ByteSizeLong(),
-             out->response.ByteSizeLong(), out->start);
+             out->response.Length(), out->start);
     }
     Out* start = nullptr;
     {
@@ -263,11 +253,11 @@ class InferStream {
   GrpcServer::Impl& s_;
   grpc::ServerCompletionQueue* cq_;
   grpc::ServerContext ctx_;
-  grpc::ServerAsyncReaderWriter<pb::ModelStreamInferResponse, pb::ModelInferRequest> stream_;
+  grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer> stream_;
   Op accepted_{this, &InferStream::on_accepted}, read_op_{this, &InferStream::on_read},
       written_op_{this, &InferStream::on_written}, finished_op_{this, &InferStream::on_finished};
   std::mutex mu_;
-  std::shared_ptr<pb::ModelInferRequest> reading_;
+  grpc::ByteBuffer reading_;  // the message being read
   std::deque<std::unique_ptr<Out>> queue_;  // answers to write; the front one is being written
   int in_flight_ = 0;                       // read and not yet written
   bool reads_done_ = false, writing_ = false, paused_ = false, finished_ = false;

@@ -12,7 +12,9 @@
 namespace aotc::server {
 
 GrpcServer::GrpcServer(const ServerOptions& options, ServerState& state)
-    : impl_(std::make_unique<Impl>(options, state)) {}
+    : impl_(std::make_unique<Impl>(options, state)) {
+  grpc_codec::route_protobuf_logs();
+}
 
 GrpcServer::~GrpcServer() = default;
 

@@ -17,7 +17,7 @@ struct UnaryRpc {
   const char* name;
   bool auth;        // the API key is checked first
   bool own_thread;  // handled on a thread of its own, not on the poller
-  void (*accept)(Impl&, grpc::ServerContext*, Req*, grpc::ServerAsyncResponseWriter<Resp>*,
+  void (*accept)(Impl&, grpc::ServerContext*, grpc::ByteBuffer*, grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>*,
                  grpc::ServerCompletionQueue*, void* tag);
   void (*handle)(Impl&, const Req&, Resp&);  // fills the answer or throws ServeError
 };
@@ -30,7 +30,7 @@ class UnaryCall final : public CqTag {
   UnaryCall(Impl& s, const UnaryRpc<Req, Resp>& rpc, grpc::ServerCompletionQueue* cq)
       : s_(s), rpc_(rpc), cq_(cq), writer_(&ctx_) {
     ++s_.calls;
-    rpc_.accept(s_, &ctx_, &q_, &writer_, cq_, tag());
+    rpc_.accept(s_, &ctx_, &wire_, &writer_, cq_, tag());
   }
   ~UnaryCall() { --s_.calls; }
 
@@ -51,14 +51,18 @@ class UnaryCall final : public CqTag {
     Status status = Status::OK;
     try {
       if (rpc_.auth) s_.check_auth(ctx_);
-      rpc_.handle(s_, q_, r_);
+      Req q;
+      grpc_codec::parse_message(wire_, q);
+      Resp r;
+      rpc_.handle(s_, q, r);
+      answer_ = grpc_codec::serialize_message(r);
     } catch (const ServeError& e) {
       status = grpc_codec::status_of(e);
     } catch (const std::exception& e) {
       status = Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
     }
     s_.log(rpc_.name, "", status, 0, 0, start);
-    if (status.ok()) writer_.Finish(r_, status, tag());
+    if (status.ok()) writer_.Finish(answer_, status, tag());
     else writer_.FinishWithError(status, tag());
   }
 
@@ -66,9 +70,9 @@ class UnaryCall final : public CqTag {
   const UnaryRpc<Req, Resp>& rpc_;
   grpc::ServerCompletionQueue* cq_;
   grpc::ServerContext ctx_;
-  Req q_;
-  Resp r_;
-  grpc::ServerAsyncResponseWriter<Resp> writer_;
+  grpc::ByteBuffer wire_;    // the request as it came
+  grpc::ByteBuffer answer_;  // the answer serialized
+  grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> writer_;
   bool accepted_ = false;
 };
 
