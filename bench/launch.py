@@ -27,6 +27,7 @@ is passed. Starting and stopping are for one thread.
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import http.client
 import json
@@ -140,7 +141,8 @@ class Server:
                  request_timeout: float = 60.0, ready_path: str = "/v2/health/ready", env: dict | None = None,
                  log_path: Path | None = None, command: Callable[[int], list[str]] | None = None):
         """env: the server's whole environment (None: this process's); log_path: where its output goes (None:
-        a temporary file that is kept). `ready_s`: seconds from the start of the process to ready."""
+        a temporary file, removed when this process exits unless AOTC_KEEP_SERVER_LOGS=1). `ready_s`: seconds
+        from the start of the process to ready."""
         self.kind = kind
         self.host = "127.0.0.1"
         self.port = free_port()
@@ -159,6 +161,8 @@ class Server:
         if log_path is None:
             with tempfile.NamedTemporaryFile(prefix=f"aotc-{kind}-server-", suffix=".log", delete=False) as f:
                 log_path = Path(f.name)
+            if os.environ.get("AOTC_KEEP_SERVER_LOGS") != "1":
+                atexit.register(log_path.unlink, missing_ok=True)
         self.log_path = Path(log_path)
         self._log = open(self.log_path, "wb")
         t0 = time.perf_counter()

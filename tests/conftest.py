@@ -9,6 +9,7 @@ A file lock per key makes concurrent pytest processes wait for one export instea
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import json
@@ -24,6 +25,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # aotc export's own cache (aotc.cache): a private one per test session, never the user's ~/.cache/aotc
 os.environ["AOTC_CACHE_DIR"] = tempfile.mkdtemp(prefix="aotc-test-cache-")
+atexit.register(shutil.rmtree, os.environ["AOTC_CACHE_DIR"], ignore_errors=True)
 PKG_CACHE = REPO / "build" / "test-packages"
 DATA = Path(__file__).resolve().parent / "data"
 # The sources whose change changes what `aotc export` writes. The embedding-bag rewrite only matters to
