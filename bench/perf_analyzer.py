@@ -6,15 +6,17 @@ concurrency, p50 at concurrency 1) next to their targets, and the CPU time per i
 docs/performance.md ("perf_analyzer: HTTP and gRPC") holds its output.
 
     .venv/bin/python bench/perf_analyzer.py [--concurrency 1,2,4,8,16,32] [--models simple,mlp]
-        [--requests 1000] [--budget-s 600] [--server-flags "--intra-op-threads 1"] [--out FILE]
+        [--requests 1000] [--rounds 1] [--budget-s 600] [--server-flags "--intra-op-threads 1"] [--async]
+        [--out FILE]
 
 perf_analyzer is --perf-analyzer, else `perf_analyzer` on PATH, else /tmp/pa/perf_analyzer (the wheel
 `perf-analyzer` 2.60.0 needs glibc 2.38; on Debian 12 it runs through a newer loader, docs/performance.md).
 One aotc-server (bench/launch.py, with `--allow-shared-memory`) serves every cell; the packages are those
 bench/serve.py uses. Each cell is one perf_analyzer run in count_windows mode (--requests a window, stability
 30 %: the default 10 % rarely converges on 2 shared cores), read back from its CSV (-f); the HTTP and gRPC runs
-of a cell follow each other, so drift of the machine hits both alike. A cell that does not fit in what is left
-of --budget-s is skipped and listed. Not a test: it asserts nothing, and `make test` does not run it.
+of a cell follow each other, so drift of the machine hits both alike. With --rounds N every cell runs N times,
+the cells taking turns, and the table holds medians (one run of a cell on 2 shared cores can be 25% off the
+next). A cell that does not fit in what is left of --budget-s is skipped and listed. Not a test: it asserts nothing, and `make test` does not run it.
 
 On the GPU machine (bench/gpu.sh, stage `pa`), a CUDA package given by --package NAME=PATH, at --batch N, with
 --shm cuda too (inputs and outputs in CUDA shared memory regions perf_analyzer allocates), and --in-process: the
@@ -30,6 +32,7 @@ import datetime
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,10 +56,13 @@ def find_perf_analyzer(given: str | None) -> str:
 
 
 def pa_argv(pa: str, url: str, transport: str, shm: str, model: str, concurrency: int | str, requests: int,
-            csv_path: str, batch: int = 1, input_data: str = "random", output_shm_bytes: int = 0) -> list[str]:
+            csv_path: str, batch: int = 1, input_data: str = "random", output_shm_bytes: int = 0,
+            asynchronous: bool = False) -> list[str]:
     argv = [pa, "-m", model, "-u", url, "-i", transport, "--concurrency-range", f"{concurrency}:{concurrency}",
             "--measurement-mode", "count_windows", "--measurement-request-count", str(requests), "-s", "30",
             "-f", csv_path]
+    if asynchronous:  # the client's asynchronous API: one thread drives every outstanding request
+        argv.append("--async")
     if batch != 1:
         argv += ["-b", str(batch)]
     if input_data != "random":
@@ -89,7 +95,7 @@ def run_cell(pa: str, srv: Server, transport: str, shm: str, model: str, concurr
              timeout: float, **shape) -> dict | str:
     """-> {"throughput", "p50_us", "p99_us", "cpu_us", "client_cpu_us"} from perf_analyzer's CSV, and the
     server's and perf_analyzer's CPU time per inference over the whole run (its warm-up and windows alike), or
-    why there is none. `shape`: pa_argv's batch, input_data and output_shm_bytes."""
+    why there is none. `shape`: pa_argv's batch, input_data, output_shm_bytes and asynchronous."""
     url = f"{srv.host}:{srv.port}" if transport == "http" else srv.grpc_url
     if url is None:
         return "this aotc-server has no gRPC endpoint"
@@ -200,10 +206,16 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=1, help="perf_analyzer's -b (default 1)")
     ap.add_argument("--input-data", default="random", help="perf_analyzer's --input-data (default random; "
                     "zero for token ids)")
+    ap.add_argument("--async", dest="asynchronous", action="store_true",
+                    help="perf_analyzer's --async, for both transports (default: its synchronous API, a thread "
+                    "per outstanding request)")
     ap.add_argument("--in-process", action="store_true",
                     help="also time each package's call in the process (aotc-run --bench) at --batch")
     ap.add_argument("--requests", type=int, default=1000,
                     help="perf_analyzer's --measurement-request-count: requests a window (default 1000)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every cell this many times, the cells taking turns in each round; the table holds "
+                    "each column's median over the rounds (default 1)")
     ap.add_argument("--budget-s", type=float, default=600, help="the whole run's bound in seconds (default 600)")
     ap.add_argument("--server-flags", default="--intra-op-threads 1",
                     help="more aotc-server flags (default: --intra-op-threads 1, as the other CPU benchmarks; "
@@ -245,35 +257,43 @@ def main() -> int:
     v = subprocess.run([pa, "--version"], capture_output=True, text=True)
     version = (v.stdout + v.stderr).strip().splitlines()[:1]
     flags = ["--allow-shared-memory", *args.server_flags.split()]
-    cells, skipped = {}, []
+    if args.rounds < 1:
+        sys.exit(f"--rounds takes a count of at least 1, got {args.rounds}")
+    runs, skipped = {}, []
     with tempfile.TemporaryDirectory(prefix="aotc-pa-") as tmp:
         repo = make_repository(Path(tmp) / "repo", packages, link=True)
         with Server("cpp", repo, *flags) as srv:
-            for model in models:
-                for shm in shms:
-                    for c in concurrency:
-                        for transport in transports:
-                            left = t_end - time.monotonic()
-                            key = (transport, shm, model, c)
-                            if left < 5:
-                                skipped.append(f"{key}: out of --budget-s")
-                                continue
-                            r = run_cell(pa, srv, transport, shm, model, c, args.requests,
-                                         min(CELL_TIMEOUT_S, left), batch=args.batch, input_data=args.input_data,
-                                         output_shm_bytes=answers[model][0])
-                            if isinstance(r, str):
-                                skipped.append(f"{key}: {r}")
-                            else:
-                                cells[key] = r
-                            print(f"{transport:4} shm {shm:6} {model:6} c={c:<3} {r}", file=sys.stderr, flush=True)
-                            if srv.proc.poll() is not None:
-                                sys.exit(f"aotc-server exited {srv.proc.returncode}:\n{srv.log()[-2000:]}")
+            for rnd in range(args.rounds):
+                for model in models:
+                    for shm in shms:
+                        for c in concurrency:
+                            for transport in transports:
+                                left = t_end - time.monotonic()
+                                key = (transport, shm, model, c)
+                                if left < 5:
+                                    skipped.append(f"{key} round {rnd + 1}: out of --budget-s")
+                                    continue
+                                r = run_cell(pa, srv, transport, shm, model, c, args.requests,
+                                             min(CELL_TIMEOUT_S, left), batch=args.batch,
+                                             input_data=args.input_data, output_shm_bytes=answers[model][0],
+                                             asynchronous=args.asynchronous)
+                                if isinstance(r, str):
+                                    skipped.append(f"{key} round {rnd + 1}: {r}")
+                                else:
+                                    runs.setdefault(key, []).append(r)
+                                print(f"round {rnd + 1} {transport:4} shm {shm:6} {model:6} c={c:<3} {r}",
+                                      file=sys.stderr, flush=True)
+                                if srv.proc.poll() is not None:
+                                    sys.exit(f"aotc-server exited {srv.proc.returncode}:\n{srv.log()[-2000:]}")
+    cells = {key: {col: statistics.median(r[col] for r in rs) for col in rs[0]} for key, rs in runs.items()}
     cmd = " ".join(pa_argv("perf_analyzer", "127.0.0.1:PORT", "{http,grpc}", "none", "MODEL", "C", args.requests,
-                           "F.csv", args.batch, args.input_data))
+                           "F.csv", args.batch, args.input_data, asynchronous=args.asynchronous))
     lines = [f"Measured on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine()}, "
              f"{version[0] if version else 'perf_analyzer'}; aotc-server {' '.join(flags)}.",
              f"Each cell: `{cmd} [--shared-memory {{{','.join(s for s in shms if s != 'none')}}} "
-             f"--output-shared-memory-size BYTES]`.", "", *table(cells), "",
+             f"--output-shared-memory-size BYTES]`."
+             + (f" Medians of {args.rounds} rounds, the cells taking turns in each." if args.rounds > 1 else ""),
+             "", *table(cells), "",
              *comparison(cells, models, concurrency, shms)]
     if inproc:
         lines += ["", f"In the process: aotc-run --bench 2000 at batch {args.batch}, host to host, p50 "
