@@ -1,6 +1,7 @@
 """Soak: aotc-server under mixed load for a long time, watching its memory and threads.
 
-    .venv/bin/python bench/soak.py [--package PKG] [--duration 600] [--report-s 60] [--clients 8] [--out FILE]
+    .venv/bin/python bench/soak.py [--package PKG] [--duration 600] [--report-s 60] [--clients 8]
+        [--grpc-clients 0] [--out FILE]
 
 Starts aotc-server (bench/launch.py; AOTC_SERVER_BIN picks the binary) on a repository holding the MLP
 (exported to .cache/pkgs/mlp.pt2 when no --package is given) and runs `--clients` threads, each a
@@ -9,6 +10,15 @@ closed loop of raw HTTP/1.1 requests on its own keep-alive connection, drawn at 
   - malformed ones (broken JSON, a wrong datatype, a shape the body does not hold),          5 %
   - large valid ones (1024 x 512 FP32, 2 MiB each way),                                     10 %
   - large ones whose client resets the connection (RST) after the first bytes of the answer. 5 %
+`--grpc-clients` more threads do the same over gRPC, each on a channel of its own, the messages built with
+tritonclient's protobuf modules and sent as bytes, so that malformed ones reach the server as they are:
+  - small valid ModelInfer calls (batch 1..8, raw_input_contents),                          70 %
+  - a message that does not parse (truncated) or names an unknown model or a wrong shape:
+    INVALID_ARGUMENT or NOT_FOUND expected,                                                 10 %
+  - large valid ones (1024 x 512 FP32),                                                     10 %
+  - large ones the client cancels 1 ms after sending,                                        5 %
+  - a ModelStreamInfer of a valid, a truncated, an unknown-model and a valid request: four
+    answers expected (in any order, matched by id), the middle two with error_message,       5 %
 Every `--report-s` seconds it prints the requests and errors so far and the server's RSS and thread count
 (/proc/PID/status); at the end, the growth after the first report (the warm-up) per 10,000 requests. An
 answer other than 200 to a valid request, or other than 4xx to a malformed one, counts as an error. Not a
@@ -37,6 +47,9 @@ from launch import REPO, Server, make_repository
 
 SMALL, MALFORMED, LARGE, RESET = "small", "malformed", "large", "reset"
 MIX = ((SMALL, 0.80), (MALFORMED, 0.05), (LARGE, 0.10), (RESET, 0.05))
+G_SMALL, G_BAD, G_LARGE, G_CANCEL, G_STREAM = "grpc small", "grpc bad", "grpc large", "grpc cancel", "grpc stream"
+GRPC_MIX = ((G_SMALL, 0.70), (G_BAD, 0.10), (G_LARGE, 0.10), (G_CANCEL, 0.05), (G_STREAM, 0.05))
+SERVICE = "/inference.GRPCInferenceService/"
 
 
 def infer_request(x: np.ndarray, host: str) -> bytes:
@@ -83,7 +96,7 @@ def read_answer(sock: socket.socket, buf: bytearray) -> tuple[int, bytes]:
 class Counts:
     def __init__(self):
         self.lock = threading.Lock()
-        self.done = {k: 0 for k, _ in MIX}
+        self.done = {k: 0 for k, _ in MIX + GRPC_MIX}
         self.errors = 0
         self.first_error = ""
 
@@ -138,6 +151,68 @@ def client(host: str, port: int, stop: threading.Event, counts: Counts, seed: in
         sock.close()
 
 
+def grpc_client(url: str, stop: threading.Event, counts: Counts, seed: int) -> None:
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    def request(x: np.ndarray, model: str = "mlp", id: str = "") -> bytes:
+        return pb.ModelInferRequest(model_name=model, id=id, inputs=[pb.ModelInferRequest.InferInputTensor(
+            name="x", datatype="FP32", shape=list(x.shape))], raw_input_contents=[x.tobytes()]).SerializeToString()
+
+    def check_answer(data: bytes, rows: int) -> str:
+        r = pb.ModelInferResponse.FromString(data)
+        got = len(r.raw_output_contents[0]) if r.raw_output_contents else -1
+        return "" if got == rows * 512 * 4 else f"answer of {got} bytes for {rows} rows"
+
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    small = [(b, request(nrng.standard_normal((b, 512), dtype=np.float32))) for b in range(1, 9)]
+    large = request(nrng.standard_normal((1024, 512), dtype=np.float32))
+    bad = [(small[0][1][:len(small[0][1]) // 2], grpc.StatusCode.INVALID_ARGUMENT),
+           (request(np.zeros((1, 512), np.float32), "nope"), grpc.StatusCode.NOT_FOUND),
+           (request(np.zeros((1, 500), np.float32)), grpc.StatusCode.INVALID_ARGUMENT)]
+    # answered in the order they are ready, matched by id (the truncated one's answer has none)
+    stream_msgs = [request(np.ones((1, 512), np.float32), id="a"), bad[0][0],
+                   request(np.zeros((1, 512), np.float32), "nope", id="c"), request(np.ones((2, 512), np.float32), id="d")]
+    kinds, weights = zip(*GRPC_MIX)
+    opts = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+    with grpc.insecure_channel(url, options=opts) as ch:
+        infer = ch.unary_unary(SERVICE + "ModelInfer")  # bytes in, bytes out: no serializers
+        stream = ch.stream_stream(SERVICE + "ModelStreamInfer")
+        while not stop.is_set():
+            kind = rng.choices(kinds, weights)[0]
+            try:
+                if kind == G_SMALL:
+                    rows, msg = rng.choice(small)
+                    counts.add(kind, check_answer(infer(msg, timeout=60), rows))
+                elif kind == G_LARGE:
+                    counts.add(kind, check_answer(infer(large, timeout=60), 1024))
+                elif kind == G_BAD:
+                    msg, want = rng.choice(bad)
+                    try:
+                        infer(msg, timeout=60)
+                        counts.add(kind, "a bad request was answered OK")
+                    except grpc.RpcError as e:
+                        counts.add(kind, "" if e.code() == want else f"{e.code()} (want {want}): {e.details()}")
+                elif kind == G_CANCEL:
+                    f = infer.future(large, timeout=60)
+                    time.sleep(0.001)
+                    f.cancel()
+                    try:
+                        err = check_answer(f.result(), 1024)
+                    except grpc.FutureCancelledError:
+                        err = ""
+                    counts.add(kind, err)
+                else:
+                    answers = [pb.ModelStreamInferResponse.FromString(a)
+                               for a in stream(iter(stream_msgs), timeout=60)]
+                    got = sorted((a.infer_response.id, bool(a.error_message)) for a in answers)
+                    want = [("", True), ("a", False), ("c", True), ("d", False)]
+                    counts.add(kind, "" if got == want else f"answers (id, error) {got}, want {want}")
+            except grpc.RpcError as e:
+                counts.add(kind, f"{e.code()}: {e.details()}")
+
+
 def proc_status(pid: int) -> tuple[float, int]:
     """(RSS in MB, threads) of a process, from /proc/PID/status."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
@@ -160,6 +235,8 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
     p.add_argument("--report-s", type=float, default=60.0, help="seconds between reports (default 60)")
     p.add_argument("--clients", type=int, default=8, help="client threads, a connection each (default 8)")
+    p.add_argument("--grpc-clients", type=int, default=0,
+                   help="client threads over gRPC, a channel each, beside the HTTP ones (default 0)")
     p.add_argument("--server-flag", action="append", default=[], metavar="FLAG",
                    help="a flag for aotc-server (repeatable), e.g. --server-flag=--http-threads=64")
     p.add_argument("--out", help="also write the table (markdown) here")
@@ -171,6 +248,11 @@ def main() -> int:
         stop, counts = threading.Event(), Counts()
         threads = [threading.Thread(target=client, args=(server.host, server.port, stop, counts, i), daemon=True)
                    for i in range(args.clients)]
+        if args.grpc_clients and server.grpc_url is None:
+            print("--grpc-clients: this aotc-server has no gRPC endpoint", file=sys.stderr)
+            return 2
+        threads += [threading.Thread(target=grpc_client, args=(server.grpc_url, stop, counts, 1000 + i), daemon=True)
+                    for i in range(args.grpc_clients)]
         rss0, th0 = proc_status(pid)
         rows.append((0.0, 0, 0, rss0, th0))
         print(f"{'s':>6} {'requests':>9} {'errors':>6} {'RSS MB':>8} {'threads':>7}", flush=True)
