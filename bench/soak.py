@@ -241,7 +241,8 @@ def main() -> int:
                    help="a flag for aotc-server (repeatable), e.g. --server-flag=--http-threads=64")
     p.add_argument("--out", help="also write the table (markdown) here")
     args = p.parse_args()
-    repo = make_repository(Path(tempfile.mkdtemp(prefix="aotc-soak-")), {"mlp": package(args.package)})
+    tmp = tempfile.TemporaryDirectory(prefix="aotc-soak-")  # removed when this process exits
+    repo = make_repository(Path(tmp.name), {"mlp": package(args.package)})
     rows = []
     with Server("cpp", repo, *args.server_flag) as server:
         pid = server.proc.pid
