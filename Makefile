@@ -79,7 +79,7 @@ test: test-cpp test-py test-sanitize
 ASAN_DIR   := build/asan
 ASAN_TESTS := tests/test_protocol.py tests/test_server.py tests/test_server_http.py tests/test_server_hostile.py \
               tests/test_server_shm.py tests/test_server_error_text.py tests/test_protocol_grpc.py \
-              tests/test_server_grpc.py
+              tests/test_server_grpc.py tests/test_server_grpc_connections.py
 # intercept_tls_get_addr=0: gcc 12's runtime takes a dynamic TLS block that happens to start 16 bytes into a
 # page for glibc 2.19's layout and reads a bogus range from before it; LeakSanitizer's tracer then dies at
 # exit ("Tracer caught signal 11", google/sanitizers issue 1322, fixed in GCC 14), as an aotc-server with
@@ -88,11 +88,11 @@ ASAN_OPTS  := intercept_tls_get_addr=0
 ASAN_ENV   := ASAN_OPTIONS=$(ASAN_OPTS) ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer-14 UBSAN_OPTIONS=print_stacktrace=1
 ASAN_LOGS  := ASAN_OPTIONS=$(ASAN_OPTS):log_path=$(CURDIR)/$(ASAN_DIR)/reports/asan \
               UBSAN_OPTIONS=log_path=$(CURDIR)/$(ASAN_DIR)/reports/ubsan:print_stacktrace=1
-# test-tsan: the scheduler and the shared memory registry with their unit tests under ThreadSanitizer; these
-# files need no libtorch, so they build alone, in seconds.
+# test-tsan: the scheduler, the shared memory registry and the gRPC acceptor with their unit tests under
+# ThreadSanitizer; these files need no libtorch, so they build alone, in seconds.
 TSAN_DIR   := build/tsan
 TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp seq_promotion.cpp batch.cpp types.cpp shared_memory.cpp shm_guard.cpp \
-                tests/test_scheduler.cpp tests/test_shared_memory.cpp)
+                grpc_accept.cpp listener.cpp tests/test_scheduler.cpp tests/test_shared_memory.cpp tests/test_grpc_accept.cpp)
 # test-fuzz: runtime_cpp/server/fuzz/fuzz_infer.cpp for FUZZ_SECONDS from the seeds in tests/fuzz_corpus/infer;
 # what it learns stays in $(FUZZ_DIR)/corpus, a crash's input goes to $(FUZZ_DIR)/crashes (both outside git).
 FUZZ_DIR     := build/fuzz

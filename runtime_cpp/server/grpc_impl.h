@@ -15,6 +15,7 @@
 #include <vector>
 #include <atomic>
 
+#include "grpc_accept.h"
 #include "grpc_codec.h"
 #include "grpc_server.h"
 #include "grpc_service.grpc.pb.h"
@@ -120,6 +121,7 @@ struct GrpcServer::Impl final : ServiceBase {
   Repository& repo;
   GrpcTimers timers;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<GrpcAcceptor> acceptor;  // after `server`: destroyed (stopped) first
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;

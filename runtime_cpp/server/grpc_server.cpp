@@ -1,13 +1,17 @@
 // The gRPC front end (grpc_server.h): start (ServerBuilder with the keep-alive and message size options, and
-// ModelInfer's completion queues) and shutdown. The RPCs are grpc_impl.h's (unary) and grpc_infer.cpp's
-// (inference).
+// ModelInfer's completion queues; the connections come from GrpcAcceptor) and shutdown. The RPCs are
+// grpc_impl.h's (unary) and grpc_infer.cpp's (inference).
 #include "grpc_server.h"
 
 #include <atomic>
 #include <climits>
 #include <stdexcept>
 
+#include <grpcpp/server_posix.h>
+#include <unistd.h>
+
 #include "grpc_impl.h"
+#include "listener.h"
 
 namespace aotc::server {
 
@@ -20,11 +24,14 @@ GrpcServer::~GrpcServer() = default;
 
 int GrpcServer::bind() {
   const ServerOptions& o = impl_->options;
-  const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
-  const std::string address = host + ":" + std::to_string(o.grpc_port);
-  int port = 0;
+  Listener l;
+  try {
+    l = listen_on(o.host, o.grpc_port);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("gRPC: ") + e.what() + " (--grpc-port -1 turns gRPC off)");
+  }
+  // No listening port of gRPC's own: the acceptor takes the connections (grpc_accept.h).
   grpc::ServerBuilder b;
-  b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   b.RegisterService(impl_.get());
   b.SetMaxReceiveMessageSize(static_cast<int>(std::min<size_t>(o.max_body_bytes, INT_MAX)));
   b.SetMaxSendMessageSize(INT_MAX);
@@ -35,13 +42,21 @@ int GrpcServer::bind() {
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                        o.grpc_http2_min_recv_ping_interval_without_data_ms);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, o.grpc_http2_max_ping_strikes);
+  if (o.grpc_max_connection_idle_ms > 0)
+    b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, o.grpc_max_connection_idle_ms);
   for (int i = 0; i < o.grpc_infer_threads; ++i) impl_->cqs.push_back(b.AddCompletionQueue());
   impl_->server = b.BuildAndStart();
-  if (!impl_->server || port == 0)
-    throw std::runtime_error("cannot listen for gRPC on " + address + " (in use, or not an address of this host; "
-                             "--grpc-port -1 turns gRPC off)");
+  if (!impl_->server) {
+    ::close(l.fd);
+    throw std::runtime_error("gRPC: the server did not start");
+  }
   impl_->start_pollers();
-  return port;
+  grpc::Server* server = impl_->server.get();
+  impl_->acceptor = std::make_unique<GrpcAcceptor>(
+      l.fd, GrpcAcceptor::Limits{o.grpc_max_connections, std::chrono::seconds(o.header_timeout_s)},
+      [server](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
+  impl_->acceptor->start();
+  return l.port;
 }
 
 bool GrpcServer::serve() {
@@ -51,6 +66,7 @@ bool GrpcServer::serve() {
     s.cv.wait(lock, [&] { return s.stopping; });
   }
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(s.options.exit_timeout_s);
+  s.acceptor->stop();  // no new connections
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread shutdown([&s, deadline, done] {
     s.server->Shutdown(deadline);  // refuses new RPCs; after the deadline, cancels those still running

@@ -9,13 +9,10 @@
 // thread and every thread is held, one more thread starts. Half the pool at most goes to hot connections.
 #include "http.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
 
 #include <cerrno>
 #include <chrono>
@@ -29,6 +26,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "http_connection.h"
+#include "listener.h"
 
 namespace aotc::server {
 
@@ -171,37 +169,9 @@ HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
   Impl& s = *impl_;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  std::string where = s.options.host + ":" + std::to_string(s.options.http_port);
-  if (int rc = ::getaddrinfo(s.options.host.c_str(), std::to_string(s.options.http_port).c_str(), &hints, &found))
-    throw std::runtime_error("cannot listen on " + where + ": " + ::gai_strerror(rc));
-  std::string why = "no address";
-  int listen_fd = -1, family = AF_INET;
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
-      listen_fd = fd;
-      family = a->ai_family;
-      break;
-    }
-    why = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(found);
-  if (listen_fd < 0) throw std::runtime_error("cannot listen on " + where + " (" + why + ")");
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  s.acceptor.assign(family == AF_INET6 ? tcp::v6() : tcp::v4(), listen_fd);
-  return ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(addr).sin6_port
-                                          : reinterpret_cast<sockaddr_in&>(addr).sin_port);
+  const Listener l = listen_on(s.options.host, s.options.http_port);
+  s.acceptor.assign(l.family == AF_INET6 ? tcp::v6() : tcp::v4(), l.fd);
+  return l.port;
 }
 
 bool HttpServer::serve() {

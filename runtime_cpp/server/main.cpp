@@ -39,16 +39,34 @@ void log_line(const std::string& line) {
   std::fflush(stderr);
 }
 
-// A descriptor per connection: raise the soft limit towards the hard one, so that --max-connections, not
-// the default 1024 descriptors, is what limits them.
-void raise_descriptor_limit(size_t connections) {
+// A descriptor per connection: raise the soft limit towards the hard one, so that the connection caps
+// (--max-connections, --grpc-max-connections), not the default 1024 descriptors, are what limit them. Where the
+// hard limit is lower than the caps need, lower the caps to share what there is in their proportion, and say
+// so: with a cap the descriptors cannot honor, connections would take the last descriptor and both endpoints
+// would stop answering (packages, pipes and connections being turned away need the spare ones).
+void fit_connection_caps(ServerOptions& o) {
+  constexpr rlim_t kSpare = 256;
+  const bool grpc = o.grpc_port >= 0;
+  const size_t caps = o.max_connections + (grpc ? o.grpc_max_connections : 0);
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
-  rlim_t want = static_cast<rlim_t>(connections) + 256;
-  if (lim.rlim_max != RLIM_INFINITY) want = std::min(want, lim.rlim_max);
-  if (want <= lim.rlim_cur) return;
-  lim.rlim_cur = want;
-  ::setrlimit(RLIMIT_NOFILE, &lim);
+  const rlim_t need = static_cast<rlim_t>(caps) + kSpare;
+  const rlim_t want = lim.rlim_max == RLIM_INFINITY ? need : std::min(need, lim.rlim_max);
+  if (want > lim.rlim_cur) {
+    lim.rlim_cur = want;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur >= need) return;
+  const size_t room = std::max<size_t>(lim.rlim_cur > kSpare ? lim.rlim_cur - kSpare : 0, 2);
+  const size_t http = grpc ? std::clamp<size_t>(room * o.max_connections / caps, 1, room - 1) : room;
+  std::string line = "the descriptor limit is " + std::to_string(lim.rlim_cur) + ", below the " +
+                     std::to_string(need) + " that --max-connections " + std::to_string(o.max_connections);
+  if (grpc) line += " and --grpc-max-connections " + std::to_string(o.grpc_max_connections);
+  line += " need with " + std::to_string(kSpare) + " to spare: serving at most " + std::to_string(http) + " HTTP";
+  if (grpc) line += " and " + std::to_string(room - http) + " gRPC";
+  log_line(line + " connections (raise the hard limit, ulimit -Hn, for more)");
+  o.max_connections = http;
+  if (grpc) o.grpc_max_connections = room - http;
 }
 
 }  // namespace
@@ -84,7 +102,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // inherited by every thread started below
   ::signal(SIGPIPE, SIG_IGN);
-  raise_descriptor_limit(options.max_connections);
+  fit_connection_caps(options);
 
   Repository repo(options.model_repository, {options.device_index, options.cuda_graphs, options.model_name},
                   log_line);

@@ -34,6 +34,10 @@ const char* usage() {
          "  --grpc-http2-min-recv-ping-interval-without-data MS  a client's pings closer than this count as strikes\n"
          "                           (default 300000)\n"
          "  --grpc-http2-max-ping-strikes N  strikes before the connection is closed (default 2; 0: none)\n"
+         "  --grpc-max-connections N  turn away a gRPC connection beyond N open ones with a GOAWAY saying so\n"
+         "                           (default 4096); one without HTTP/2's preface after --header-timeout is closed\n"
+         "  --grpc-max-connection-idle MS  close (GOAWAY) a gRPC connection with no call for MS (default 300000;\n"
+         "                           0: never); gRPC's clients reconnect at their next call\n"
          "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/* (a key on\n"
          "                           the command line shows in /proc/PID/cmdline: prefer the two below)\n"
          "  --api-key-file PATH      the same, the key being the first line of PATH (not with --api-key);\n"
@@ -117,7 +121,8 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
                                           "--grpc-infer-response-compression-level", "--grpc-keepalive-time",
                                           "--grpc-keepalive-timeout", "--grpc-http2-max-pings-without-data",
                                           "--grpc-http2-min-recv-ping-interval-without-data",
-                                          "--grpc-http2-max-ping-strikes"};
+                                          "--grpc-http2-max-ping-strikes", "--grpc-max-connections",
+                                          "--grpc-max-connection-idle"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw std::invalid_argument("unknown option '" + flag + "'; see --help");
     if (!inline_value) {
@@ -153,6 +158,10 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
     else if (flag == "--intra-op-threads") o.intra_op_threads = static_cast<int>(to_int(flag, value, 1, 1024));
     else if (flag == "--busy-poll-us") o.busy_poll_us = static_cast<int>(to_int(flag, value, 0, 1000000));
     else if (flag == "--grpc-port") o.grpc_port = static_cast<int>(to_int(flag, value, -1, 65535));
+    else if (flag == "--grpc-max-connections")
+      o.grpc_max_connections = static_cast<size_t>(to_int(flag, value, 1, 1000000));
+    else if (flag == "--grpc-max-connection-idle")
+      o.grpc_max_connection_idle_ms = static_cast<int>(to_int(flag, value, 0, INT32_MAX));
     else if (flag == "--grpc-infer-thread-count") o.grpc_infer_threads = static_cast<int>(to_int(flag, value, 1, 64));
     else if (flag == "--grpc-infer-response-compression-level") {
       static const char* const kLevels[] = {"none", "low", "medium", "high"};
