@@ -404,6 +404,7 @@ def test_keepalive_flags_are_accepted(simple_repo):
     ("--grpc-http2-max-pings-without-data", "x"), ("--grpc-http2-min-recv-ping-interval-without-data", "x"),
     ("--grpc-http2-max-ping-strikes", "x"), ("--grpc-infer-response-compression-level", "max"),
     ("--grpc-max-connections", "0"), ("--grpc-max-connections", "many"), ("--grpc-max-connection-idle", "-1"),
+    ("--grpc-max-connection-age", "soon"),
 ])
 def test_bad_grpc_flag_values_exit_with_one_line(flag, value):
     r = subprocess.run([str(server_binary()), "--model-repository", ".", flag, value], capture_output=True, text=True,

@@ -3,8 +3,8 @@
 closes), a flood of connections under a low descriptor limit (HTTP keeps serving: gRPC's own listener took
 connections until the process ran out of descriptors, and both endpoints stopped answering), a connection
 without HTTP/2's preface closed at --header-timeout (HTTP/1.1 on the gRPC port told which port speaks what),
-and --grpc-max-connection-idle (an idle connection, and one dripping a HEADERS frame, closed; a client's next
-call reconnects). Every socket has a timeout; the server runs on the `simple` model alone.
+--grpc-max-connection-idle (an idle connection, and one dripping a HEADERS frame, closed; a client's next
+call reconnects), and --grpc-max-connection-age (a call whose message drips in, closed with its connection). Every socket has a timeout; the server runs on the `simple` model alone.
 """
 
 from __future__ import annotations
@@ -26,6 +26,24 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
 HELLO = PREFACE + SETTINGS  # what a gRPC client sends first
 GOAWAY, PROTOCOL_ERROR, ENHANCE_YOUR_CALM = 0x7, 0x1, 0xb
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes, length: int | None = None) -> bytes:
+    n = len(payload) if length is None else length
+    return n.to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def literal(name: bytes, value: bytes) -> bytes:
+    """An HPACK header field, literal without indexing, neither string Huffman-coded (RFC 7541, 6.2.2)."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+# A ModelInfer call whose HEADERS are whole and whose DATA frame announces 1,000 bytes, of which the gRPC message
+# prefix (uncompressed, 995 bytes) comes first; the client then drips the rest.
+DRIPPED_CALL = HELLO + frame(0x1, 0x4, 1, b"".join(literal(n, v) for n, v in [
+    (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+    (b":authority", b"x"), (b"content-type", b"application/grpc"), (b"te", b"trailers")])) + \
+    frame(0x0, 0x0, 1, b"", length=1000) + b"\x00" + (995).to_bytes(4, "big")
 
 
 @pytest.fixture(scope="module")
@@ -172,26 +190,40 @@ def test_idle_connections_are_closed_and_a_client_reconnects(simple_repo):
             data, took = read_until_closed(idle, 10)
         assert any(t == GOAWAY for t, _ in frames(data)) and 0.8 < took < 4, (data, took)
         # A HEADERS frame on stream 1 announcing 16 KiB, then dripped a byte at a time: no call yet, so idle.
-        with dial(s.grpc_port, HELLO + b"\x00\x40\x00\x01\x04\x00\x00\x00\x01") as slow:
-            stop = threading.Event()
-
-            def drip():
-                while not stop.wait(0.1):
-                    try:
-                        slow.send(b"a")
-                    except OSError:
-                        return
-
-            dripper = threading.Thread(target=drip)
-            dripper.start()
-            try:
-                _, took = read_until_closed(slow, 10)
-            finally:
-                stop.set()
-                dripper.join()
-        assert took < 4, took
+        assert drip_until_closed(s.grpc_port, HELLO + frame(0x1, 0x0, 1, b"", length=16384), 10) < 4
         client = grpcclient.InferenceServerClient(s.grpc_url)
         assert client.is_server_live(client_timeout=T)
         time.sleep(2)  # the connection is closed as idle; the next call makes a new one
         assert client.is_server_live(client_timeout=T) and client.is_model_ready("simple", client_timeout=T)
         client.close()
+
+
+def drip_until_closed(port: int, opening: bytes, limit: float) -> float:
+    """Seconds until the server closed a connection that sent `opening` and then a byte every 0.1 s."""
+    with dial(port, opening) as c:
+        stop = threading.Event()
+
+        def drip():
+            while not stop.wait(0.1):
+                try:
+                    c.send(b"a")
+                except OSError:
+                    return
+
+        dripper = threading.Thread(target=drip)
+        dripper.start()
+        try:
+            return read_until_closed(c, limit)[1]
+        finally:
+            stop.set()
+            dripper.join()
+
+
+def test_a_dripped_message_is_closed_at_the_connection_age(simple_repo):
+    """A call whose message drips in never reaches the server's code (gRPC hands over a call once its message
+    is whole): --grpc-max-connection-age, then --body-timeout, is what closes it."""
+    with Server("cpp", simple_repo, "--grpc-max-connection-age", "1000", "--body-timeout", "1") as s:
+        took = drip_until_closed(s.grpc_port, DRIPPED_CALL, 10)
+        assert 1.5 < took < 5, took  # the age (jittered by 10 %) and the grace
+        with grpc.insecure_channel(s.grpc_url) as channel:
+            assert_good_grpc(service_pb2_grpc.GRPCInferenceServiceStub(channel))

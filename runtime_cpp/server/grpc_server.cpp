@@ -3,8 +3,10 @@
 // grpc_impl.h's (unary) and grpc_infer.cpp's (inference).
 #include "grpc_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdint>
 #include <stdexcept>
 
 #include <grpcpp/server_posix.h>
@@ -44,6 +46,11 @@ int GrpcServer::bind() {
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, o.grpc_http2_max_ping_strikes);
   if (o.grpc_max_connection_idle_ms > 0)
     b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, o.grpc_max_connection_idle_ms);
+  if (o.grpc_max_connection_age_ms > 0) {  // what bounds a call whose message drips in (docs/server.md, gRPC)
+    b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, o.grpc_max_connection_age_ms);
+    b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                         static_cast<int>(std::min<int64_t>(int64_t{o.body_timeout_s} * 1000, INT_MAX)));
+  }
   for (int i = 0; i < o.grpc_infer_threads; ++i) impl_->cqs.push_back(b.AddCompletionQueue());
   impl_->server = b.BuildAndStart();
   if (!impl_->server) {

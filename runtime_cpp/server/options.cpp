@@ -38,6 +38,8 @@ const char* usage() {
          "                           (default 4096); one without HTTP/2's preface after --header-timeout is closed\n"
          "  --grpc-max-connection-idle MS  close (GOAWAY) a gRPC connection with no call for MS (default 300000;\n"
          "                           0: never); gRPC's clients reconnect at their next call\n"
+         "  --grpc-max-connection-age MS  tell a gRPC connection to go away (GOAWAY) after MS, and close it\n"
+         "                           --body-timeout s later with what still runs (default 0: never)\n"
          "  --api-key K              require 'Authorization: Bearer K' on everything but /v2/health/* (a key on\n"
          "                           the command line shows in /proc/PID/cmdline: prefer the two below)\n"
          "  --api-key-file PATH      the same, the key being the first line of PATH (not with --api-key);\n"
@@ -122,7 +124,7 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
                                           "--grpc-keepalive-timeout", "--grpc-http2-max-pings-without-data",
                                           "--grpc-http2-min-recv-ping-interval-without-data",
                                           "--grpc-http2-max-ping-strikes", "--grpc-max-connections",
-                                          "--grpc-max-connection-idle"};
+                                          "--grpc-max-connection-idle", "--grpc-max-connection-age"};
     if (std::find(std::begin(kValued), std::end(kValued), flag) == std::end(kValued))
       throw std::invalid_argument("unknown option '" + flag + "'; see --help");
     if (!inline_value) {
@@ -162,6 +164,8 @@ ServerOptions parse_options(const std::vector<std::string>& args, bool* help) {
       o.grpc_max_connections = static_cast<size_t>(to_int(flag, value, 1, 1000000));
     else if (flag == "--grpc-max-connection-idle")
       o.grpc_max_connection_idle_ms = static_cast<int>(to_int(flag, value, 0, INT32_MAX));
+    else if (flag == "--grpc-max-connection-age")
+      o.grpc_max_connection_age_ms = static_cast<int>(to_int(flag, value, 0, INT32_MAX));
     else if (flag == "--grpc-infer-thread-count") o.grpc_infer_threads = static_cast<int>(to_int(flag, value, 1, 64));
     else if (flag == "--grpc-infer-response-compression-level") {
       static const char* const kLevels[] = {"none", "low", "medium", "high"};

@@ -45,6 +45,7 @@ struct ServerOptions {
   int grpc_http2_max_ping_strikes = 2;
   size_t grpc_max_connections = 4096;       // open gRPC connections (grpc_accept.h); more are turned away
   int grpc_max_connection_idle_ms = 300000; // a connection with no call this long is closed (GOAWAY); 0 never
+  int grpc_max_connection_age_ms = 0;       // > 0: GOAWAY at this age, closed body_timeout_s later; 0 never
   int busy_poll_us = 0;                     // > 0: after an answer, its thread reads for the next request this
                                             // long before it sleeps (latency at low load for CPU time)
 };
