@@ -42,7 +42,8 @@ The others run in the order given:
             p50, variants default and no-static-batches, against the default configuration          tune.md
   pa        bench/perf_analyzer.py (Triton's perf_analyzer, carried in .gpu/) on BERT at concurrency 1, HTTP
             and gRPC: batch 8 with inputs and outputs in the body, in system and in CUDA shared memory;
-            batch 1 against the call in the process (aotc-run)                    pa_b8.md, pa_b1.md, pa.log
+            batch 1 (body and system shared memory, 2 rounds) against the call in the process (aotc-run)
+                                                                                  pa_b8.md, pa_b1.md, pa.log
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -485,7 +486,8 @@ pa() {
     --concurrency 1 --input-data zero --requests 500 --in-process"
   "$PY" bench/perf_analyzer.py $common --batch 8 --shm none,system,cuda --budget-s 150 --out "$OUT/pa_b8.md"
   local rc=$?
-  "$PY" bench/perf_analyzer.py $common --batch 1 --shm none --budget-s 80 --out "$OUT/pa_b1.md" || rc=$?
+  "$PY" bench/perf_analyzer.py $common --batch 1 --shm none,system --rounds 2 --budget-s 120 \
+    --out "$OUT/pa_b1.md" || rc=$?
   return $rc
 }
 for s in $STAGES; do
