@@ -18,7 +18,8 @@ Runs the STAGEs (default: deps build export test, the validation run) and writes
 Stages deps, build, export, eb and tuned run first, whatever their order here:
   deps      unpack .deb/ (dpkg -x) into /tmp/aotc-deps, install .whl/ (pip --target) into /tmp/aotc-site
   build     CMake + Ninja in build/gpu; aotc-run, aotc-server, aotc-load on PATH; aotc._runtime   build.log
-  export    models/mlp.py fp32 and models/bert.py:bert_base fp16 for CUDA into /tmp/aotc-pkgs, and each
+  export    models/mlp.py fp32, models/bert.py:bert_base and models/embedding_answer.py fp16 for CUDA into
+            /tmp/aotc-pkgs, and each
             --extra-export of bert_base, all in parallel with the build                        export.log
   eb        bench/embedding_bag.py --device cuda, in the background from the start      eb.log, eb.json
   tuned     (2 GPUs) the --max-autotune export and gpu_models.py's max-autotune parts, in the background
@@ -42,7 +43,8 @@ The others run in the order given:
             p50, variants default and no-static-batches, against the default configuration          tune.md
   pa        bench/perf_analyzer.py (Triton's perf_analyzer, carried in .gpu/) on BERT at concurrency 1, HTTP
             and gRPC: batch 8 with inputs and outputs in the body, in system and in CUDA shared memory;
-            batch 1 (body and system shared memory, 2 rounds) against the call in the process (aotc-run)
+            batch 1 (body and system shared memory, 2 rounds), with models/embedding_answer.py beside it (an
+            answer of BERT's size without its compute), against the call in the process (aotc-run)
                                                                                   pa_b8.md, pa_b1.md, pa.log
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
@@ -241,7 +243,11 @@ export_start() {
       $EXPORT_FLAGS >"$PKGS/bert_base.log" 2>&1
     echo $? >"$PKGS/bert_base.rc" ) &
   EXPORT_PIDS="$EXPORT_PIDS $!"
-  EXPORTED="$PKGS/mlp $PKGS/bert_base"
+  ( aotc export models/embedding_answer.py --device cuda --dtype fp16 --name answer -o "$PKGS/answer.pt2" \
+      $EXPORT_FLAGS >"$PKGS/answer.log" 2>&1
+    echo $? >"$PKGS/answer.rc" ) &
+  EXPORT_PIDS="$EXPORT_PIDS $!"
+  EXPORTED="$PKGS/mlp $PKGS/bert_base $PKGS/answer"
   # --extra-export LABEL=FLAGS: more exports of bert_base for the benchmarks to compare
   local spec label flags
   for spec in ${EXTRA_EXPORTS[@]+"${EXTRA_EXPORTS[@]}"}; do
@@ -486,8 +492,8 @@ pa() {
     --concurrency 1 --input-data zero --requests 500 --in-process"
   "$PY" bench/perf_analyzer.py $common --batch 8 --shm none,system,cuda --budget-s 150 --out "$OUT/pa_b8.md"
   local rc=$?
-  "$PY" bench/perf_analyzer.py $common --batch 1 --shm none,system --rounds 2 --budget-s 120 \
-    --out "$OUT/pa_b1.md" || rc=$?
+  "$PY" bench/perf_analyzer.py $common --package answer=$PKGS/answer.pt2 --batch 1 --shm none,system --rounds 2 \
+    --budget-s 120 --out "$OUT/pa_b1.md" || rc=$?
   return $rc
 }
 for s in $STAGES; do
