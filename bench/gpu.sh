@@ -44,7 +44,8 @@ The others run in the order given:
   pa        bench/perf_analyzer.py (Triton's perf_analyzer, carried in .gpu/) on BERT at concurrency 1, HTTP
             and gRPC: batch 8 with inputs and outputs in the body, in system and in CUDA shared memory;
             batch 1 (body and system shared memory, 2 rounds), with models/embedding_answer.py beside it (an
-            answer of BERT's size without its compute), against the call in the process (aotc-run)
+            answer of BERT's size without its compute), and each over both transports with aotc-load too (a
+            client that takes the answer as bytes), against the call in the process (aotc-run)
                                                                                   pa_b8.md, pa_b1.md, pa.log
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
@@ -493,7 +494,7 @@ pa() {
   "$PY" bench/perf_analyzer.py $common --batch 8 --shm none,system,cuda --budget-s 150 --out "$OUT/pa_b8.md"
   local rc=$?
   "$PY" bench/perf_analyzer.py $common --package answer=$PKGS/answer.pt2 --batch 1 --shm none,system --rounds 2 \
-    --budget-s 120 --out "$OUT/pa_b1.md" || rc=$?
+    --aotc-load 3 --budget-s 180 --out "$OUT/pa_b1.md" || rc=$?
   return $rc
 }
 for s in $STAGES; do

@@ -1,6 +1,7 @@
 """The measuring drivers of the benchmarks (and of tests/test_aotc_load.py): closed-loop HTTP load with
-binary tensors (Open Inference Protocol) from `aotc-load`, the in-process time of `aotc-run --bench`, and the
-server's own statistics (Triton's statistics extension) around them. Servers come from bench/launch.py.
+binary tensors (Open Inference Protocol) from `aotc-load`, the same over gRPC (`grpc_load`), the in-process
+time of `aotc-run --bench`, and the server's own statistics (Triton's statistics extension) around them.
+Servers come from bench/launch.py.
 
 `http_load` replays one prebuilt request body on `concurrency` keep-alive connections, each waiting for its
 answer before sending again, for `seconds` after a 1 s warm-up that is not counted, and returns aotc-load's
@@ -79,6 +80,38 @@ def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
         return _aotc_load(f"http://127.0.0.1:{port}/v2/models/{model}/infer", concurrency, seconds,
                           ["--body", str(body_path), "--header", "Content-Type: application/octet-stream",
                            *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}"))])
+
+
+def infer_message(model: str, x, name: str | None, outputs: list[str] | None = None) -> bytes:
+    """One serialized gRPC ModelInferRequest (tritonclient's protobuf, the wire contract) for `model`: the
+    inputs as infer_body's (x an array, or {input name: array}), their bytes in raw_input_contents, as
+    tritonclient sends them; `outputs` names the outputs to return (None: all)."""
+    import numpy as np
+    from tritonclient.grpc import service_pb2
+
+    named = x if isinstance(x, dict) else {name: x}
+    arrays = {n: np.ascontiguousarray(v if isinstance(v, np.ndarray) else v.numpy()) for n, v in named.items()}
+    dt = {"float32": "FP32", "int64": "INT64", "int32": "INT32", "float16": "FP16"}
+    req = service_pb2.ModelInferRequest(model_name=model)
+    for n, arr in arrays.items():
+        req.inputs.add(name=n, datatype=dt[str(arr.dtype)], shape=list(arr.shape))
+        req.raw_input_contents.append(arr.tobytes())
+    for n in outputs or ():
+        req.outputs.add(name=n)
+    return req.SerializeToString()
+
+
+def grpc_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None,
+              metadata: dict[str, str] | None = None) -> dict:
+    """http_load over gRPC: `concurrency` channels of aotc-load, each a connection of its own making unary
+    ModelInfer calls with infer_message's request (`metadata`: e.g. the API key), the answer taken as bytes.
+    The same numbers as http_load; "status" errors count calls that ended with a gRPC status other than OK."""
+    with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
+        body_path = Path(tmp) / "request.pb"
+        body_path.write_bytes(infer_message(model, x, input_name, outputs))
+        return _aotc_load(f"grpc://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer", concurrency,
+                          seconds, ["--body", str(body_path),
+                                    *(a for k, v in (metadata or {}).items() for a in ("--header", f"{k}: {v}"))])
 
 
 @contextlib.contextmanager

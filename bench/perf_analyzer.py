@@ -7,7 +7,7 @@ docs/performance.md ("perf_analyzer: HTTP and gRPC") holds its output.
 
     .venv/bin/python bench/perf_analyzer.py [--concurrency 1,2,4,8,16,32] [--models simple,mlp]
         [--requests 1000] [--rounds 1] [--budget-s 600] [--server-flags "--intra-op-threads 1"] [--async]
-        [--out FILE]
+        [--aotc-load S] [--in-process] [--out FILE]
 
 perf_analyzer is --perf-analyzer, else `perf_analyzer` on PATH, else /tmp/pa/perf_analyzer (the wheel
 `perf-analyzer` 2.60.0 needs glibc 2.38; on Debian 12 it runs through a newer loader, docs/performance.md).
@@ -22,6 +22,11 @@ On the GPU machine (bench/gpu.sh, stage `pa`), a CUDA package given by --package
 --shm cuda too (inputs and outputs in CUDA shared memory regions perf_analyzer allocates), and --in-process: the
 package's aotc-run p50 at that batch (host to host, the same process) beside the concurrency-1 cells, so that
 what the transport adds over a call in the process shows.
+
+--aotc-load S also loads every model over each transport with aotc-load (bench/load/), in the same rounds and
+against the same server: a C++ client that takes each answer as bytes, so that its numbers are the server's
+with little of the client's cost (perf_analyzer parses every answer, and its gRPC client costs more than its
+HTTP one); the tensors in the body, the package's stored example at --batch rows.
 """
 
 from __future__ import annotations
@@ -118,6 +123,52 @@ def run_cell(pa: str, srv: Server, transport: str, shm: str, model: str, concurr
                 "client_cpu_us": (children_cpu_s() - client0) * 1e6 / max(n, 1)}
 
 
+def lean_inputs(pkg: Path, batch: int, input_data: str) -> dict:
+    """{input name: array} for aotc-load: the package's stored example at `batch` rows (repeated or cut),
+    zeros where `input_data` is zero, as perf_analyzer sends."""
+    import numpy as np
+    from aotc.manifest import read as read_manifest
+    from aotc.manifest import read_samples
+
+    xs, _ = read_samples(pkg)[0]
+    out = {}
+    for spec, x in zip(read_manifest(str(pkg)).inputs, xs):
+        x = np.ascontiguousarray(np.resize(x, (batch, *x.shape[1:])))
+        out[spec.name] = np.zeros_like(x) if input_data == "zero" else x
+    return out
+
+
+def run_lean(srv: Server, transport: str, model: str, inputs: dict, concurrency: int, seconds: float) -> dict | str:
+    """aotc-load (bench/loadgen.py) on one cell: closed loop for `seconds` after a 1 s warm-up, the answer taken
+    as bytes -> {"throughput", "p50_us", "p99_us", "cpu_us"} (the server's CPU per inference), or why none."""
+    import loadgen
+
+    if transport == "grpc" and srv.grpc_port is None:
+        return "this aotc-server has no gRPC endpoint"
+    cpu0, n0 = server_cpu_s(srv), inference_count(srv, model)
+    try:
+        if transport == "http":
+            r = loadgen.http_load(srv.port, model, inputs, None, concurrency, seconds)
+        else:
+            r = loadgen.grpc_load(srv.grpc_port, model, inputs, None, concurrency, seconds)
+    except RuntimeError as e:
+        return f"aotc-load: {str(e)[-200:]}"
+    if r["errors"]:
+        return f"aotc-load: {r['errors']} errors ({r['error_counts']})"
+    n = inference_count(srv, model) - n0
+    return {"throughput": r["req_per_s"], "p50_us": r["p50_ms"] * 1e3, "p99_us": r["p99_ms"] * 1e3,
+            "cpu_us": (server_cpu_s(srv) - cpu0) * 1e6 / max(n, 1)}
+
+
+def lean_table(cells: dict) -> list[str]:
+    rows = ["| transport | model | concurrency | infer/s | p50 us | p99 us | server CPU us/infer |",
+            "|---|---|---|---|---|---|---|"]
+    for (transport, model, c), r in cells.items():
+        rows.append(f"| {transport} | {model} | {c} | {r['throughput']:.0f} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
+                    f"{r['cpu_us']:.1f} |")
+    return rows
+
+
 def table(cells: dict) -> list[str]:
     rows = ["| transport | shm | model | concurrency | infer/s | p50 us | p99 us | server CPU us/infer | "
             "perf_analyzer CPU us/infer |", "|---|---|---|---|---|---|---|---|---|"]
@@ -211,6 +262,11 @@ def main() -> int:
                     "per outstanding request)")
     ap.add_argument("--in-process", action="store_true",
                     help="also time each package's call in the process (aotc-run --bench) at --batch")
+    ap.add_argument("--aotc-load", type=float, default=0, metavar="S",
+                    help="also load each model over each transport for S seconds with aotc-load, a client that "
+                    "takes the answer as bytes (tensors in the body, --batch rows of the package's stored "
+                    "example), in the same rounds: what the server adds, with little of the client's cost "
+                    "(default 0: not run)")
     ap.add_argument("--requests", type=int, default=1000,
                     help="perf_analyzer's --measurement-request-count: requests a window (default 1000)")
     ap.add_argument("--rounds", type=int, default=1,
@@ -259,7 +315,8 @@ def main() -> int:
     flags = ["--allow-shared-memory", *args.server_flags.split()]
     if args.rounds < 1:
         sys.exit(f"--rounds takes a count of at least 1, got {args.rounds}")
-    runs, skipped = {}, []
+    lean_in = {m: lean_inputs(p, args.batch, args.input_data) for m, p in packages.items()} if args.aotc_load else {}
+    runs, lean_runs, skipped = {}, {}, []
     with tempfile.TemporaryDirectory(prefix="aotc-pa-") as tmp:
         repo = make_repository(Path(tmp) / "repo", packages, link=True)
         with Server("cpp", repo, *flags) as srv:
@@ -285,6 +342,19 @@ def main() -> int:
                                       file=sys.stderr, flush=True)
                                 if srv.proc.poll() is not None:
                                     sys.exit(f"aotc-server exited {srv.proc.returncode}:\n{srv.log()[-2000:]}")
+                    for c in concurrency if args.aotc_load else ():
+                        for transport in transports:
+                            key = (transport, model, c)
+                            if t_end - time.monotonic() < args.aotc_load + 10:
+                                skipped.append(f"aotc-load {key} round {rnd + 1}: out of --budget-s")
+                                continue
+                            r = run_lean(srv, transport, model, lean_in[model], c, args.aotc_load)
+                            if isinstance(r, str):
+                                skipped.append(f"aotc-load {key} round {rnd + 1}: {r}")
+                            else:
+                                lean_runs.setdefault(key, []).append(r)
+                            print(f"round {rnd + 1} {transport:4} aotc-load   {model:6} c={c:<3} {r}",
+                                  file=sys.stderr, flush=True)
     cells = {key: {col: statistics.median(r[col] for r in rs) for col in rs[0]} for key, rs in runs.items()}
     cmd = " ".join(pa_argv("perf_analyzer", "127.0.0.1:PORT", "{http,grpc}", "none", "MODEL", "C", args.requests,
                            "F.csv", args.batch, args.input_data, asynchronous=args.asynchronous))
@@ -299,6 +369,14 @@ def main() -> int:
         lines += ["", f"In the process: aotc-run --bench 2000 at batch {args.batch}, host to host, p50 "
                   + ", ".join(f"{m} {us:.0f} us" for m, us in inproc.items()) + ".",
                   *in_process(cells, inproc, {m: a[1] for m, a in answers.items()}, min(concurrency))]
+    if lean_runs:
+        lean = {key: {col: statistics.median(r[col] for r in rs) for col in rs[0]} for key, rs in lean_runs.items()}
+        as_cells = {(t, "none", m, c): r for (t, m, c), r in lean.items()}
+        lines += ["", f"aotc-load, the tensors in the body, {args.aotc_load:g} s a cell after a 1 s warm-up "
+                  "(bench/loadgen.py's http_load and grpc_load), in the same rounds:", "", *lean_table(lean), "",
+                  *comparison(as_cells, models, concurrency, ("none",))]
+        if inproc:
+            lines += in_process(as_cells, inproc, {m: a[1] for m, a in answers.items()}, min(concurrency))
     if skipped:
         lines += ["", "Not measured:", *[f"- {s}" for s in skipped]]
     text = "\n".join(lines)

@@ -1,7 +1,7 @@
-"""aotc-load (bench/load/aotc_load.cpp), the benchmarks' HTTP load generator, black box: against the
-real aotc-server on the exported MLP (counts checked against the server's own statistics), against a 400
-on every request, against a stub that answers chunked, against its own loopback responder, with bad
-arguments and with no server; and bench/loadgen.py's http_load, which drives it. Checks counts and exit codes, never speed.
+"""aotc-load (bench/load/aotc_load.cpp), the benchmarks' HTTP and gRPC load generator, black box: against the
+real aotc-server on the exported MLP over both (counts checked against the server's own statistics), against a
+400 (and over gRPC NOT_FOUND) on every request, against a stub that answers chunked, against its own loopback responder, with bad
+arguments and with no server; and bench/loadgen.py's http_load and grpc_load, which drive it. Checks counts and exit codes, never speed.
 """
 
 from __future__ import annotations
@@ -200,6 +200,11 @@ def test_the_loopback_responder_sends_what_it_was_asked_for(tmp_path, flags):
     ["--url", "http://127.0.0.1:1/x", "--loopback-bytes", "10"],
     ["--loopback-bytes", "-1"],
     ["--loopback-bytes", "10", "--socket-buffer", "12"],
+    ["--url", "grpc://127.0.0.1:1/inference.GRPCInferenceService/ModelInfer"],  # no message to send
+    ["--url", "grpc://127.0.0.1:1/ModelInfer", "--body", "BODY"],  # not /package.Service/Method
+    ["--url", "grpc://127.0.0.1/inference.GRPCInferenceService/ModelInfer", "--body", "BODY"],  # no port
+    ["--url", "grpc://127.0.0.1:1/a.B/C", "--body", "BODY", "--socket-buffer", "65536"],
+    ["--url", "https://127.0.0.1:1/x", "--body", "BODY"],
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, argv):
     (tmp_path / "BODY").write_bytes(b"{}")
@@ -234,3 +239,68 @@ def test_http_load_drives_aotc_load(mlp_server, mlp_input):
     assert floor["requests"] > 0 and floor["answer_bytes"] == only["answer_bytes"]
     with pytest.raises(RuntimeError, match="400"):
         loadgen.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["no_such_output"])
+
+
+GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def test_grpc_counts_match_the_server(tmp_path, mlp_server, mlp_input):
+    """Over gRPC: each connection a channel of its own, every call counted by the server, answers whole."""
+    from tritonclient.grpc import service_pb2
+
+    (tmp_path / "request.pb").write_bytes(loadgen.infer_message("mlp", mlp_input, "x"))
+    rc, r, err = aotc_load(f"grpc://127.0.0.1:{mlp_server.grpc_port}{GRPC_INFER}", tmp_path / "request.pb",
+                           "--connections", "2", "--duration", "1", "--warmup", "0")
+    print(r)
+    assert rc == 0, err
+    assert r["transport"] == "grpc" and r["requests"] > 0 and r["errors"] == 0 and r["status"] == {}
+    assert 0 < r["p50_us"] <= r["p90_us"] <= r["p99_us"] <= r["max_us"]
+    _, st = mlp_server.json("GET", "/v2/models/mlp/stats")
+    assert st["model_stats"][0]["inference_stats"]["success"]["count"] == r["requests"]
+    # The answer it took is a whole ModelInferResponse: it parses, and holds the [4, 512] FP32 output.
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{mlp_server.grpc_port}") as ch:
+        call = ch.unary_unary(GRPC_INFER, request_serializer=None, response_deserializer=None)
+        answer = call((tmp_path / "request.pb").read_bytes(), timeout=30)
+    reply = service_pb2.ModelInferResponse.FromString(answer)
+    assert list(reply.outputs[0].shape) == [4, 512] and len(reply.raw_output_contents[0]) == 4 * 512 * 4
+    assert r["answer_bytes"] == len(answer)
+
+
+def test_grpc_status_other_than_ok_is_an_error(tmp_path, mlp_server, mlp_input):
+    """An unknown model: every call ends NOT_FOUND (5), counted by code; none succeeds, so exit 1."""
+    (tmp_path / "request.pb").write_bytes(loadgen.infer_message("no_such_model", mlp_input, "x"))
+    rc, r, err = aotc_load(f"grpc://127.0.0.1:{mlp_server.grpc_port}{GRPC_INFER}", tmp_path / "request.pb",
+                           "--duration", "0.5", "--warmup", "0")
+    assert rc == 1 and r["requests"] == 0 and r["errors"] > 0
+    assert r["status"] == {"5": r["errors"]}
+    assert len(err.splitlines()) == 1 and "gRPC status 5" in err
+
+
+def test_grpc_no_server_is_one_line_and_exit_1(tmp_path):
+    (tmp_path / "request.pb").write_bytes(b"")
+    rc, r, err = aotc_load(f"grpc://127.0.0.1:{free_port()}{GRPC_INFER}", tmp_path / "request.pb",
+                           "--duration", "0.5", "--timeout", "1")
+    assert rc == 1 and r is None
+    assert len(err.splitlines()) == 1 and "cannot connect" in err
+
+
+def test_grpc_load_drives_aotc_load(mlp_server, mlp_input):
+    """loadgen.grpc_load: the same numbers as http_load, the API key passed as metadata where one is needed."""
+    r = loadgen.grpc_load(mlp_server.grpc_port, "mlp", mlp_input, "x", 2, 1)
+    print(f"grpc_load c2 1 s: {r}")
+    assert r["requests"] > 0 and r["errors"] == 0 and 0 < r["p50_ms"] <= r["p99_ms"]
+    only = loadgen.grpc_load(mlp_server.grpc_port, "mlp", mlp_input, "x", 1, 0.5, outputs=["output0"])
+    assert only["requests"] > 0 and only["answer_bytes"] > 4 * 512 * 4
+    with pytest.raises(RuntimeError, match="gRPC status 3"):  # INVALID_ARGUMENT
+        loadgen.grpc_load(mlp_server.grpc_port, "mlp", mlp_input, "x", 1, 0.5, outputs=["no_such_output"])
+
+
+def test_grpc_load_sends_the_api_key_as_metadata(tmp_path, pkg_mlp, mlp_input):
+    repo = make_repository(tmp_path / "repo", {"mlp": pkg_mlp})
+    with Server("cpp", repo, "--api-key", "sekrit") as s:
+        with pytest.raises(RuntimeError, match="gRPC status 16"):  # UNAUTHENTICATED
+            loadgen.grpc_load(s.grpc_port, "mlp", mlp_input, "x", 1, 0.5)
+        r = loadgen.grpc_load(s.grpc_port, "mlp", mlp_input, "x", 1, 0.5, metadata={"authorization": "Bearer sekrit"})
+        assert r["requests"] > 0 and r["errors"] == 0

@@ -7,6 +7,9 @@
 //             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]
 //   aotc-load --loopback-bytes N ...   (instead of --url: the floor of an N-byte answer, responder.h)
 //
+// Over gRPC (--url grpc://HOST:PORT/METHOD, built with AOTC_LOAD_GRPC) each connection is a channel of its
+// own making unary calls (grpc_link.h), the body the serialized message.
+//
 // Threads: one per keep-alive connection, each sending the request and reading the whole answer before
 // sending again; each owns its socket, buffer and counters, merged after all have joined. Requests started
 // during the warm-up are not counted (nor are their errors). Prints one line `AOTC_LOAD {json}` on stdout.
@@ -35,6 +38,9 @@
 #include "args.h"
 #include "connection.h"
 #include "responder.h"
+#ifdef AOTC_LOAD_GRPC
+#include "grpc_link.h"
+#endif
 
 namespace aotc_load {
 namespace {
@@ -43,8 +49,8 @@ using Clock = std::chrono::steady_clock;
 
 // Per-thread results; merged after the threads join.
 struct Stats {
-  std::vector<double> latency_us;  // 2xx answers only
-  std::map<int, size_t> status;    // non-2xx answers by status code
+  std::vector<double> latency_us;  // answers that succeeded (HTTP 2xx, gRPC OK) only
+  std::map<int, size_t> status;    // the other answers by status code
   size_t connect = 0, read = 0, write = 0, timeout = 0;
   std::string first_error;
   Clock::time_point last_done{};
@@ -56,7 +62,8 @@ struct Plan {
   Clock::time_point counted_from, stop_at;
 };
 
-void run_connection(const Plan& plan, size_t first, Connection* conn, Stats* stats) {
+template <class Link>  // Connection or GrpcLink
+void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
   auto note = [stats](const std::string& what) {
     if (stats->first_error.empty()) stats->first_error = what;
   };
@@ -79,12 +86,12 @@ void run_connection(const Plan& plan, size_t first, Connection* conn, Stats* sta
       Clock::time_point t1 = Clock::now();
       if (!counted) continue;
       stats->last_done = t1;
-      if (status >= 200 && status < 300) {
+      if (Link::ok(status)) {
         stats->latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         stats->answer_bytes = conn->body_bytes();
       } else {
         ++stats->status[status];
-        note("HTTP status " + std::to_string(status));
+        note(std::string(Link::protocol()) + " status " + std::to_string(status));
       }
     } catch (const Failure& f) {
       conn->close();
@@ -104,6 +111,29 @@ double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
   return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+// Opens every link before the clock starts (an unreachable server is one error line, not a run), then runs a
+// thread per link until plan.stop_at. False when a link could not be opened.
+template <class Link>
+bool drive(const Args& a, std::vector<std::unique_ptr<Link>>& links, Plan& plan, std::vector<Stats>& stats) {
+  for (size_t i = 0; i < links.size(); ++i) {
+    std::string why;
+    if (!links[i]->open(&why)) {
+      std::fprintf(stderr, "aotc-load: error: cannot connect to %s (connection %zu of %zu): %s\n",
+                   a.host_header.c_str(), i + 1, links.size(), why.c_str());
+      return false;
+    }
+  }
+  Clock::time_point start = Clock::now();
+  plan.counted_from = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.warmup_s));
+  plan.stop_at = plan.counted_from +
+                 std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration_s));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < links.size(); ++i)
+    threads.emplace_back(run_connection<Link>, std::cref(plan), i, links[i].get(), &stats[i]);
+  for (auto& t : threads) t.join();
+  return true;
 }
 
 int run(Args a) {
@@ -126,37 +156,35 @@ int run(Args a) {
   }
   if (plan.requests.empty()) plan.requests.push_back(build_request(a, ""));
 
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* addrs = nullptr;
-  if (int rc = getaddrinfo(a.host.c_str(), a.port.c_str(), &hints, &addrs); rc != 0) {
-    std::fprintf(stderr, "aotc-load: error: cannot resolve %s: %s\n", a.host.c_str(), gai_strerror(rc));
+  std::vector<Stats> stats(a.connections);
+#ifdef AOTC_LOAD_GRPC
+  if (a.grpc) {
+    std::vector<std::unique_ptr<GrpcLink>> links;
+    for (size_t i = 0; i < a.connections; ++i)
+      links.push_back(std::make_unique<GrpcLink>(a.host_header, a.path, a.headers, a.timeout_s));
+    if (!drive(a, links, plan, stats)) return 1;
+  }
+#else
+  if (a.grpc) {
+    std::fprintf(stderr, "aotc-load: error: this aotc-load was built without gRPC (AOTC_GRPC=OFF)\n");
     return 1;
   }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addrs_owner(addrs, freeaddrinfo);
-
-  // All connections open before the clock starts; an unreachable server is one error line, not a run.
-  std::vector<std::unique_ptr<Connection>> conns;
-  for (size_t i = 0; i < a.connections; ++i) {
-    conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s, a.socket_buffer));
-    std::string why;
-    if (!conns.back()->open(&why)) {
-      std::fprintf(stderr, "aotc-load: error: cannot connect to %s (connection %zu of %zu): %s\n",
-                   a.host_header.c_str(), i + 1, a.connections, why.c_str());
+#endif
+  if (!a.grpc) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* addrs = nullptr;
+    if (int rc = getaddrinfo(a.host.c_str(), a.port.c_str(), &hints, &addrs); rc != 0) {
+      std::fprintf(stderr, "aotc-load: error: cannot resolve %s: %s\n", a.host.c_str(), gai_strerror(rc));
       return 1;
     }
+    std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addrs_owner(addrs, freeaddrinfo);
+    std::vector<std::unique_ptr<Connection>> conns;
+    for (size_t i = 0; i < a.connections; ++i)
+      conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s, a.socket_buffer));
+    if (!drive(a, conns, plan, stats)) return 1;
   }
-
-  Clock::time_point start = Clock::now();
-  plan.counted_from = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.warmup_s));
-  plan.stop_at = plan.counted_from +
-                 std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.duration_s));
-  std::vector<Stats> stats(a.connections);
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < a.connections; ++i)
-    threads.emplace_back(run_connection, std::cref(plan), i, conns[i].get(), &stats[i]);
-  for (auto& t : threads) t.join();
 
   Stats all;
   all.last_done = plan.stop_at;
@@ -184,11 +212,11 @@ int run(Args a) {
   std::printf("AOTC_LOAD {\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"max_us\": %.1f, "
               "\"requests\": %zu, \"errors\": %zu, \"status\": %s, \"connect_errors\": %zu, \"read_errors\": %zu, "
               "\"write_errors\": %zu, \"timeouts\": %zu, \"connections\": %zu, \"duration_s\": %.6f, "
-              "\"req_per_s\": %.2f, \"answer_bytes\": %zu}\n",
+              "\"req_per_s\": %.2f, \"answer_bytes\": %zu, \"transport\": \"%s\"}\n",
               percentile(all.latency_us, 50), percentile(all.latency_us, 90), percentile(all.latency_us, 99), mean,
               ok ? all.latency_us.back() : 0.0, ok, errors, status_json.c_str(), all.connect, all.read, all.write,
               all.timeout, a.connections, duration, duration > 0 ? static_cast<double>(ok) / duration : 0.0,
-              all.answer_bytes);
+              all.answer_bytes, a.grpc ? "grpc" : "http");
   std::fflush(stdout);
   if (ok == 0) {
     std::fprintf(stderr, "aotc-load: error: no request succeeded in %.1f s (%zu errors; first: %s)\n", duration,

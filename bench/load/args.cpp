@@ -13,12 +13,16 @@ namespace aotc_load {
 const char* const kUsage =
     "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE]... [--header 'Name: value']... [--connections C]\n"
     "                 [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]\n"
+    "       aotc-load --url grpc://HOST:PORT/package.Service/Method --body FILE... [the same flags]\n"
     "       aotc-load --loopback-bytes N [the same flags but --url]\n"
     "  POSTs FILE (without --body: GETs PATH) on C keep-alive connections (default 1), each waiting for its\n"
     "  answer before sending again; with several --body files, each connection sends them in turn (connection\n"
     "  i starting at the i-th), so that requests of different shapes mix,\n"
     "  for S seconds (default 10) after a warm-up (default 0) whose requests are not counted; a connection\n"
     "  that stalls for --timeout seconds (default 30) is an error. Prints one line `AOTC_LOAD {json}`.\n"
+    "  grpc://: each connection is a gRPC channel of its own making unary calls of METHOD with FILE's bytes\n"
+    "  as the message (a serialized request) and the headers as metadata; an answer is status OK, and\n"
+    "  `status` counts the other gRPC status codes.\n"
     "  --loopback-bytes N: instead of a server at --url, a responder in this process on 127.0.0.1 answers\n"
     "  every request with N bytes (one sendmsg, as aotc-server sends binary outputs): the floor of such an\n"
     "  answer on this host. --socket-buffer BYTES sets SO_SNDBUF and SO_RCVBUF of aotc-load's sockets (and\n"
@@ -48,9 +52,10 @@ double parse_seconds(const std::string& flag, const char* value, bool allow_zero
 }  // namespace
 
 void parse_url(const std::string& url, Args& a) {
-  const std::string scheme = "http://";
+  a.grpc = url.compare(0, 7, "grpc://") == 0;
+  const std::string scheme = a.grpc ? "grpc://" : "http://";
   if (url.compare(0, scheme.size(), scheme) != 0)
-    throw UsageError("--url '" + url + "' must start with http:// (https is not supported)");
+    throw UsageError("--url '" + url + "' must start with http:// or grpc:// (TLS is not supported)");
   std::string rest = url.substr(scheme.size());
   size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
@@ -75,6 +80,9 @@ void parse_url(const std::string& url, Args& a) {
   long port = std::strtol(a.port.c_str(), &end, 10);
   if (a.host.empty() || a.port.empty() || *end != '\0' || port < 1 || port > 65535)
     throw UsageError("--url '" + url + "' needs http://HOST[:PORT]/PATH with a port in 1..65535");
+  if (a.grpc && (colon == std::string::npos || std::count(a.path.begin(), a.path.end(), '/') != 2 ||
+                 a.path.size() < 4 || a.path.find("//") != std::string::npos || a.path.back() == '/'))
+    throw UsageError("--url '" + url + "' needs grpc://HOST:PORT/package.Service/Method");
 }
 
 Args parse_args(int argc, char** argv) {
@@ -128,11 +136,15 @@ Args parse_args(int argc, char** argv) {
   }
   if (url.empty()) throw UsageError("--url (or --loopback-bytes) is required");
   parse_url(url, a);
+  if (a.grpc && a.body_files.empty())
+    throw UsageError("--url grpc://... needs --body FILE: the serialized request message");
+  if (a.grpc && a.socket_buffer > 0) throw UsageError("--socket-buffer is for HTTP only");
   return a;
 }
 
 
 std::string build_request(const Args& a, const std::string& body) {
+  if (a.grpc) return body;
   const bool post = !a.body_files.empty();
   std::string req = (post ? "POST " : "GET ") + a.path + " HTTP/1.1\r\n";
   bool own_host = std::none_of(a.headers.begin(), a.headers.end(), [](const std::string& h) {

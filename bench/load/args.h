@@ -17,6 +17,7 @@ struct UsageError : std::runtime_error {
 
 struct Args {
   std::string host, port = "80", path, host_header;
+  bool grpc = false;  // --url grpc://HOST:PORT/METHOD: the bodies are serialized messages for METHOD
   std::vector<std::string> body_files;  // --body, repeatable: each connection sends them in turn
   std::vector<std::string> headers;
   size_t connections = 1;
@@ -28,11 +29,12 @@ struct Args {
 // The flags (argv[1..]); with --loopback-bytes the address is left for the caller to fill in (parse_url).
 Args parse_args(int argc, char** argv);
 
-// http://HOST[:PORT]/PATH (HOST may be [IPv6]) into a's host, port, path and Host header.
+// http://HOST[:PORT]/PATH (HOST may be [IPv6]) into a's host, port, path and Host header; or
+// grpc://HOST:PORT/package.Service/Method (a.grpc, the method as path).
 void parse_url(const std::string& url, Args& a);
 
 // One whole request, built once and shared read-only by every thread: GET PATH, or POST of `body` when
-// --body was given; Host unless a --header sets it.
+// --body was given; Host unless a --header sets it. Over gRPC, the body itself (the serialized message).
 std::string build_request(const Args& a, const std::string& body);
 
 }  // namespace aotc_load

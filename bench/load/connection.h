@@ -47,6 +47,8 @@ class Connection {
   // Sends the whole request; then reads one whole answer and returns its status code (the body is
   // discarded). Throws Failure; afterwards the connection is closed when the server asked for it.
   int exchange(const std::string& request);
+  static bool ok(int status) { return status >= 200 && status < 300; }
+  static const char* protocol() { return "HTTP"; }
 
  private:
   // recv into buf_[at, at + max); returns the count (> 0) or throws (a close is a read error here).
