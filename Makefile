@@ -91,8 +91,9 @@ ASAN_LOGS  := ASAN_OPTIONS=$(ASAN_OPTS):log_path=$(CURDIR)/$(ASAN_DIR)/reports/a
 # test-tsan: the scheduler, the shared memory registry and the gRPC acceptor with their unit tests under
 # ThreadSanitizer; these files need no libtorch, so they build alone, in seconds.
 TSAN_DIR   := build/tsan
-TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp seq_promotion.cpp batch.cpp types.cpp shared_memory.cpp shm_guard.cpp \
-                grpc_accept.cpp listener.cpp tests/test_scheduler.cpp tests/test_shared_memory.cpp tests/test_grpc_accept.cpp)
+TSAN_SRCS  := $(addprefix runtime_cpp/server/,scheduler.cpp batch_forming.cpp seq_promotion.cpp batch.cpp pack.cpp types.cpp shared_memory.cpp shm_guard.cpp \
+                grpc_accept.cpp listener.cpp tests/test_scheduler.cpp tests/test_pack.cpp tests/test_shared_memory.cpp \
+                tests/test_grpc_accept.cpp)
 # test-fuzz: runtime_cpp/server/fuzz/fuzz_infer.cpp for FUZZ_SECONDS from the seeds in tests/fuzz_corpus/infer;
 # what it learns stays in $(FUZZ_DIR)/corpus, a crash's input goes to $(FUZZ_DIR)/crashes (both outside git).
 FUZZ_DIR     := build/fuzz

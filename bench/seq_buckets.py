@@ -1,6 +1,8 @@
-"""Sequence-length buckets against one padded shape and a dynamic sequence dim, side by side: the same model
-exported three ways (`--seq-buckets INPUTS=SIZES`; `--seq-buckets INPUTS=MAX`, every request padded to the
-longest; no buckets, the sequence dim dynamic), each served by aotc-server with dynamic batching, loaded by
+"""Sequence-length buckets against one padded shape, a dynamic sequence dim and packed rows, side by side: the
+same model exported up to four ways (`--seq-buckets INPUTS=SIZES`; `--seq-buckets INPUTS=MAX`, every request
+padded to the longest; no buckets, the sequence dim dynamic; `--seq-pack INPUTS=MAX`, several requests per row
+of MAX tokens, the "packed" variant), each served by aotc-server with dynamic batching (max_batch_size counts
+the graph's rows, so packed and padded batches hold the same tokens at most), loaded by
 `aotc-load` at one concurrency with requests whose lengths are drawn uniformly from a range (each connection
 sends a fixed list of them in turn, starting at its own place). The cells take turns in rounds, so drifting
 load falls on all alike. "buckets" serves the buckets' package with `seq_bucket_promotion` true,
@@ -11,7 +13,7 @@ a longer bucket than their own (and, for "auto", how many trials promotion won).
   python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
       [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json] [--runners 1]
-      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,auto,padded,dynamic]
+      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,auto,padded,dynamic,packed]
       [--export-arg=--static-batches=none]... [--server-arg=--intra-op-threads=1]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
@@ -137,10 +139,12 @@ def main() -> int:
     names = [item.split(":")[0] for item in args.inputs.split(",")]
     largest = args.sizes.split(",")[-1]
     variants = {"buckets": ["--seq-buckets", f"{args.inputs}={args.sizes}"],
-                "unpromoted": None, "auto": None, "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": []}
+                "unpromoted": None, "auto": None, "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": [],
+                "packed": ["--seq-pack", f"{args.inputs}={largest}"]}
     wanted = args.variants.split(",")
-    if "buckets" not in wanted or any(v not in variants for v in wanted):
-        ap.error(f"--variants takes buckets and any of unpromoted, auto, padded, dynamic; got {args.variants!r}")
+    if any(v not in variants for v in wanted) or ({"unpromoted", "auto"} & set(wanted) and "buckets" not in wanted):
+        ap.error(f"--variants takes any of buckets, unpromoted, auto, padded, dynamic, packed (unpromoted and auto "
+                 f"with buckets); got {args.variants!r}")
     variants = {k: v for k, v in variants.items() if k in wanted}
     args.pkg_dir.mkdir(parents=True, exist_ok=True)
     pkgs, export_s = {}, {}
@@ -195,9 +199,11 @@ def main() -> int:
         m = med[label]
         lines.append(f"| {label} | {m['req_per_s']:.2f} | {m['p50_ms']:.1f} | {m['p99_ms']:.1f} | "
                      f"{export_s[label]:.0f} | {pkgs[label].stat().st_size / 1e6:.0f} |")
+    tops = ("packed", "buckets", "auto")
     ratios = [f"{top} / {label}: throughput {med[top]['req_per_s'] / m['req_per_s']:.2f}x, "
               f"p99 {med[top]['p99_ms'] / m['p99_ms']:.2f}x"
-              for top in ("buckets", "auto") if top in med for label, m in med.items() if label not in ("buckets", top)]
+              for i, top in enumerate(tops) if top in med for label, m in med.items()
+              if label != top and label not in tops[:i]]
     lines += ["", "; ".join(ratios), "",
               "batches formed (last round: batch size x executions, mean compute ms per execution):"]
     for label, st in stats.items():

@@ -4,7 +4,8 @@ An aotc model file, to show what a Hugging Face model needs: nothing but this fi
 (input_ids, attention_mask) by position and returns BaseModelOutputWithPoolingAndCrossAttentions, whose
 leaves aotc names by key: `last_hidden_state` [B, L, H] and `pooler_output` [B, H]. Both the batch B and
 the sequence length L are dynamic, and make_inputs(batch, seq) builds masks with right padding, so parity
-tests every (batch, seq) corner. Built from a small BertConfig (2 layers x 64 wide) with random weights from
+tests every (batch, seq) corner. pack_model(model) is the same BERT on packed rows, for `aotc export
+--seq-pack input_ids:1,attention_mask:1=128` (aotc.seq_pack). Built from a small BertConfig (2 layers x 64 wide) with random weights from
 a fixed seed: nothing is downloaded, and BERT's own init (normal, std 0.02; LayerNorm at the end of each
 layer) keeps the outputs of unit scale, not near zero. `base()` is BERT-base's shape. Needs the
 transformers package. No state between calls.
@@ -34,6 +35,32 @@ def model() -> torch.nn.Module:
 
 def base() -> torch.nn.Module:
     return _build(**BASE)
+
+
+class Packed(torch.nn.Module):
+    """A BertModel on rows that each hold several sequences one after the other (aotc.seq_pack): a token attends
+    to the unmasked tokens of its own segment only and takes its position within it, so each segment's answer
+    is the one BertModel gives that sequence alone. The pooler runs on every token; the answer for a sequence
+    is at its first."""
+
+    def __init__(self, bert: BertModel):
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, attention_mask, segment_ids, position_ids):
+        # each [R, P] int64 -> last_hidden_state [R, P, H], pooler_output [R, P, H]
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]  # [R, P, P]
+        keep = same & (attention_mask[:, None, :] > 0)
+        # the filler after a row's segments (segment 0) attends to itself, so no row of the softmax is empty
+        eye = torch.eye(input_ids.shape[1], dtype=torch.bool, device=input_ids.device)
+        keep = keep | ((segment_ids == 0)[:, :, None] & eye)
+        h = self.bert(input_ids, attention_mask=keep[:, None], position_ids=position_ids).last_hidden_state
+        pooled = self.bert.pooler.activation(self.bert.pooler.dense(h))
+        return {"last_hidden_state": h, "pooler_output": pooled}
+
+
+def pack_model(model: BertModel) -> torch.nn.Module:
+    return Packed(model)
 
 
 def make_inputs(batch: int = 4, seq: int = 32) -> tuple:

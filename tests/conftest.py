@@ -30,7 +30,7 @@ PKG_CACHE = REPO / "build" / "test-packages"
 DATA = Path(__file__).resolve().parent / "data"
 # The sources whose change changes what `aotc export` writes. The embedding-bag rewrite only matters to
 # model files that use nn.EmbeddingBag, so editing it does not re-export every other package.
-_EXPORTER_SOURCES = ("load_model.py", "export.py", "compile.py", "package.py", "parity.py", "fresh.py", "pipeline.py", "graphs.py", "seq_buckets.py",
+_EXPORTER_SOURCES = ("load_model.py", "export.py", "compile.py", "package.py", "parity.py", "fresh.py", "pipeline.py", "graphs.py", "seq_buckets.py", "seq_pack.py",
                      "report.py", "loader.py", "manifest.py", "cli", "rewrite/__init__.py",
                      "../../python_client/aotc_client/compare.py", "../../python_client/aotc_client/specs.py")
 _REWRITE_SOURCES = ("rewrite", "kernels")

@@ -41,6 +41,11 @@ def check_package(package: str, model_file: str, allow_trivial: bool = False) ->
     tol = manifest.tolerance
     device = manifest.device
     mf = load_model_file(model_file)
+    if manifest.seq_pack:  # the packed graph against the file's pack_model, on inputs packed from its requests
+        from aotc.seq_buckets import SeqRequest
+        from aotc.seq_pack import packed_model_file
+
+        mf = packed_model_file(mf, SeqRequest(dict(manifest.seq_pack.inputs), (manifest.seq_pack.size,))).mf
     model, examples = exp.prepare(mf, device, manifest.dtype)
     float_dtype = getattr(torch, exp.DTYPES[manifest.dtype])
     cast = lambda x: exp.cast_input(x, device, float_dtype)  # noqa: E731

@@ -93,6 +93,38 @@ class SeqBuckets:
 
 
 @dataclasses.dataclass(frozen=True)
+class SeqPack:
+    """`aotc export --seq-pack`: the graph runs rows of `size` tokens, each holding several requests' sequences
+    one after the other (aotc.seq_pack). A request carries `request_inputs` ([b, n], n up to `size`) and gets
+    `request_outputs`; the graph's own inputs are the packed ones, `segment_input` and `position_input`."""
+    size: int                  # the row length
+    dim: str                   # the sequence dim's name
+    inputs: dict               # packed input name -> its sequence axis (1)
+    pad_values: dict           # packed input name -> what the rest of a row holds
+    segment_input: str         # [R, size] int64: 1, 2, ... per segment of a row, 0 for the rest
+    position_input: str        # [R, size] int64: each token's position in its segment
+    outputs: dict              # output name -> "tokens" (a segment's tokens) or "first" (its first token)
+    request_inputs: tuple[TensorEntry, ...]
+    request_outputs: tuple[TensorEntry, ...]
+
+    def to_dict(self) -> dict:
+        return {"size": self.size, "dim": self.dim, "inputs": dict(self.inputs), "pad_values": dict(self.pad_values),
+                "segment_input": self.segment_input, "position_input": self.position_input,
+                "outputs": dict(self.outputs), "request_inputs": [t.to_dict() for t in self.request_inputs],
+                "request_outputs": [t.to_dict() for t in self.request_outputs]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SeqPack:
+        kinds = {str(k): str(v) for k, v in d["outputs"].items()}
+        if set(kinds.values()) - {"tokens", "first"}:
+            raise ValueError(f"seq_pack outputs are {kinds}, each must be 'tokens' or 'first'")
+        return cls(int(d["size"]), str(d["dim"]), {str(k): int(v) for k, v in d["inputs"].items()},
+                   {str(k): float(v) for k, v in d["pad_values"].items()}, str(d["segment_input"]),
+                   str(d["position_input"]), kinds, tuple(_tensor(t) for t in d["request_inputs"]),
+                   tuple(_tensor(t) for t in d["request_outputs"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class Sample:
     inputs: tuple[str, ...]       # archive paths of .npy files, relative to the archive's root folder
     outputs: tuple[str, ...]
@@ -126,6 +158,7 @@ class Manifest:
     # what the sample cap kept: {"max_bytes": N or None (no cap), "bytes": kept, "left_out": [{"case", "bytes"}]}
     samples_cap: dict = dataclasses.field(default_factory=dict)
     seq_buckets: SeqBuckets | None = None
+    seq_pack: SeqPack | None = None
     format: str = FORMAT
     aotc_version: str = ""
     created: str = ""
@@ -162,6 +195,7 @@ class Manifest:
             **({"dims": {k: list(v) for k, v in self.dims.items()}} if self.dims else {}),
             **({"samples_cap": self.samples_cap} if self.samples_cap else {}),
             **({"seq_buckets": self.seq_buckets.to_dict()} if self.seq_buckets else {}),
+            **({"seq_pack": self.seq_pack.to_dict()} if self.seq_pack else {}),
         }
 
     def to_json(self) -> str:
@@ -194,6 +228,7 @@ class Manifest:
                 dims={str(k): (int(v[0]), int(v[1])) for k, v in (d.get("dims") or {}).items()},
                 samples_cap=dict(d.get("samples_cap") or {}),
                 seq_buckets=SeqBuckets.from_dict(d["seq_buckets"]) if d.get("seq_buckets") else None,
+                seq_pack=SeqPack.from_dict(d["seq_pack"]) if d.get("seq_pack") else None,
                 format=d["format"], aotc_version=str(d.get("aotc_version", "")), created=str(d.get("created", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PackageError(f"{where}: the aotc manifest is malformed ({type(e).__name__}: {e}); re-export "

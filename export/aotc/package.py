@@ -195,7 +195,7 @@ def sample_files(samples: list[tuple[tuple, tuple]], cases: list[str] | None = N
 
 def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, outputs, batch: Batch | None,
                    compile_options: dict, rewrites: dict, fallback_ops, tolerance: Tolerance, samples,
-                   static_graphs=(), dims=None, samples_cap=None, seq_buckets=None) -> Manifest:
+                   static_graphs=(), dims=None, samples_cap=None, seq_buckets=None, seq_pack=None) -> Manifest:
     """The manifest before the archive exists (files_sha256 is filled in by finalize)."""
     import torch
 
@@ -204,7 +204,7 @@ def build_manifest(*, name: str, device: str, cpu_isa: str, cuda_arch, inputs, o
         tolerance=tolerance, samples=tuple(samples), batch=batch, cpu_isa=cpu_isa,
         cuda_arch=None if cuda_arch is None else tuple(cuda_arch), compile=compile_options, rewrites=rewrites,
         fallback_ops=tuple(fallback_ops), static_graphs=tuple(static_graphs), dims=dict(dims or {}),
-        samples_cap=dict(samples_cap or {}), seq_buckets=seq_buckets, aotc_version=aotc.__version__,
+        samples_cap=dict(samples_cap or {}), seq_buckets=seq_buckets, seq_pack=seq_pack, aotc_version=aotc.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 

@@ -15,7 +15,7 @@ import tempfile
 
 from aotc import compile as aoti
 from aotc import export as exp
-from aotc import graphs, package, parity, report, seq_buckets
+from aotc import graphs, package, parity, report, seq_buckets, seq_pack
 from aotc.errors import ExportError, InconclusiveError, NoAttentionKernel, ParityError
 from aotc.graphs import DEFAULT_STATIC_BATCHES
 from aotc.manifest import Batch, StaticGraph, Tolerance
@@ -35,6 +35,8 @@ class ExportOptions:
     static_batches: tuple[int, ...] | str | None = None
     # --seq-buckets INPUT:AXIS[,...]=N,N,...: a graph with the sequence dim static at each size (seq_buckets)
     seq_buckets: str | None = None
+    # --seq-pack INPUT:AXIS[,...]=P: the graph runs rows of P tokens holding several requests each (seq_pack)
+    seq_pack: str | None = None
     max_autotune: bool = False
     freezing: bool | None = None  # None: compile.DEVICE_DEFAULTS
     inductor_extra: dict = dataclasses.field(default_factory=dict)  # --inductor-config KEY=VALUE, applied last
@@ -139,10 +141,17 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         planned = None
     prog = report.Progress(None if planned is None else STAGES + 2 * planned, quiet=opts.quiet)
 
+    if opts.seq_pack and opts.seq_buckets:
+        raise ExportError("--seq-pack and --seq-buckets: give one (packing puts requests of any length in rows of "
+                          "one length, buckets pad each to its bucket)")
+    packed = None
     with prog.stage(f"loading {spec}") as note:
         mf = mf or load_for_export(spec, opts)
         name = opts.name or mf.default_name
         out = _output_path(opts, mf)
+        if opts.seq_pack:  # from here on the export runs the packed model, its batch dim counting rows
+            packed = seq_pack.packed_model_file(mf, seq_pack.parse(opts.seq_pack))
+            mf = packed.mf
         note["text"] = f"inputs {mf.input_names}"
 
     with prog.stage("eager reference run") as note:
@@ -182,6 +191,14 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
             why = parity.padding_changes_answer(model, mf, cases, seq, output_names, tol)
             if why:
                 raise ExportError(why)
+        pack_entry = None
+        if packed is not None:
+            original = exp.prepare(packed.original, opts.device, opts.dtype)[0]
+            kinds = seq_pack.output_kinds(packed, original, model, output_names, opts.device, opts.dtype)
+            why = seq_pack.answer_changes(packed, original, model, kinds, output_names, opts.device, opts.dtype, tol)
+            if why:
+                raise ExportError(why)
+            pack_entry = seq_pack.manifest_entry(packed, specs_in, specs_out, kinds)
         trivial = parity.trivial_outputs(cases, output_names, tol)
         if trivial and not opts.allow_trivial_outputs:
             raise InconclusiveError(parity.inconclusive_message(trivial, len(cases), tol))
@@ -223,7 +240,7 @@ def _export_model_file(spec: str, opts: ExportOptions, mf=None) -> dict:
         cuda_arch=aoti.cuda_arch() if opts.device == "cuda" else None, inputs=specs_in, outputs=specs_out,
         batch=batch, compile_options=compile_options, rewrites=rewrites, fallback_ops=graph["fallback_ops"],
         tolerance=tol, samples=sample_entries, static_graphs=static, dims=dims, samples_cap=samples_cap,
-        seq_buckets=seq)
+        seq_buckets=seq, seq_pack=pack_entry)
 
     out_dir = os.path.dirname(os.path.abspath(out))
     os.makedirs(out_dir, exist_ok=True)

@@ -172,16 +172,19 @@ class Progress:
         note["seconds"] = self.done(note["text"])
 
 
+def _tensor_lines(groups) -> list[str]:
+    """`kind name: dtype[ranges]` per tensor of each (kind, tensors) group."""
+    return [f"{kind:<9} {t.name}: {t.dtype}[" + ",".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in t.ranges)
+            + "]" for kind, tensors in groups for t in tensors]
+
+
 def manifest_lines(m) -> list[str]:
     """A manifest (aotc.manifest.Manifest) for humans: model, inputs and outputs with their ranges, dims, batch,
     static graphs, fallback ops and rewrites; the lines the export summary and `aotc inspect` share."""
     lines = [f"model     {m.name}  device={m.device}"
              + (f" isa={m.cpu_isa or 'none'}" if m.device == "cpu" else f" arch={list(m.cuda_arch or [])}")
              + f"  dtype={m.dtype}  torch={m.torch_version}"]
-    for kind, tensors in (("input", m.inputs), ("output", m.outputs)):
-        for t in tensors:
-            ranges = ",".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in t.ranges)
-            lines.append(f"{kind:<9} {t.name}: {t.dtype}[{ranges}]")
+    lines += _tensor_lines((("input", m.inputs), ("output", m.outputs)))
     if m.dims:
         lines.append("dims      " + ", ".join(f"{k} {lo}..{hi}" for k, (lo, hi) in m.dims.items()))
     if m.batch:
@@ -191,6 +194,13 @@ def manifest_lines(m) -> list[str]:
         lines.append(f"seq       {seq.dim} buckets {','.join(map(str, seq.sizes))} (padded: "
                      + ", ".join(f"{n}:{a} with {seq.pad_values.get(n, 0):g}" for n, a in seq.inputs.items())
                      + f"; cut back: {', '.join(f'{n}:{a}' for n, a in seq.outputs.items()) or 'none'})")
+    if m.seq_pack:
+        pk = m.seq_pack
+        lines.append(f"packed    rows of {pk.size} tokens of {', '.join(pk.inputs)} (filler "
+                     + ", ".join(f"{pk.pad_values.get(n, 0):g}" for n in pk.inputs)
+                     + f"); answers: " + ", ".join(f"{n} {'per token' if k == 'tokens' else 'at the first token'}"
+                                                   for n, k in pk.outputs.items()))
+        lines += _tensor_lines((("request", pk.request_inputs), ("answer", pk.request_outputs)))
     if m.static_graphs:
         lines.append("static    " + ", ".join(f"{f'seq {g.seq} ' if g.seq else ''}batch {g.batch} "
                                             f"({g.graph}{', weights of model' if g.weights else ''})"

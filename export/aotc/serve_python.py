@@ -87,6 +87,9 @@ def load_repository(root: str) -> tuple[dict[str, dict[str, Model]], dict[str, s
         try:
             compiled = loader.load_package(path)
             manifest = compiled.manifest
+            if manifest.seq_pack:
+                raise AotcError("a --seq-pack package: aotc-server packs its requests into the graph's rows; this "
+                                "baseline runs a graph as it is")
             inputs, outputs = specs_from_manifest(manifest.inputs), specs_from_manifest(manifest.outputs)
             runner = _torch_runner(compiled, inputs, [s.name for s in outputs])
             models.setdefault(name, {})[version] = Model(name, version, inputs, outputs, runner,

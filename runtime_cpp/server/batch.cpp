@@ -3,6 +3,8 @@
 #include "batch.h"
 
 #include <algorithm>
+
+#include "pack.h"
 #include <string>
 
 namespace aotc::server {
@@ -108,6 +110,15 @@ std::optional<ServeError> run_batch(const RunnableModel& model, const Batch& bat
   std::optional<ServeError> error;
   try {
     const std::vector<bool> wanted = wanted_union(batch);
+    if (const auto& packing = model.info().pack) {  // the requests' segments in rows of the graph (pack.h)
+      const PackedBatch packed = pack(batch, *packing);
+      times.model_start = Clock::now();
+      std::vector<Tensor> outputs = model.run(packed.inputs, graph_wanted(wanted, *packing), {});
+      times.model_end = Clock::now();
+      unpack(outputs, wanted, batch, *packing, packed.where, model.info().outputs);
+      times.end = Clock::now();
+      return std::nullopt;
+    }
     const std::vector<Tensor> inputs = concatenate(batch, model);
     const std::vector<RunnableModel::RowSink> sinks = row_sinks(batch);
     times.model_start = Clock::now();

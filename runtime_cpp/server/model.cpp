@@ -151,17 +151,30 @@ std::unique_ptr<Model> Model::open(const std::string& path, const std::string& n
   m->info_.name = name;
   m->info_.version = version;
   m->info_.device = man.device;
-  for (const auto& s : man.inputs) m->info_.inputs.push_back(to_info(s));
-  for (const auto& s : man.outputs) m->info_.outputs.push_back(to_info(s));
-  m->info_.batch = man.batch;
+  // A packed package shows what a request carries; the graph's own tensors are the packer's business.
+  for (const auto& s : man.pack ? man.pack->request_inputs : man.inputs) m->info_.inputs.push_back(to_info(s));
+  for (const auto& s : man.pack ? man.pack->request_outputs : man.outputs) m->info_.outputs.push_back(to_info(s));
+  m->info_.batch = man.pack ? std::make_optional(man.pack->request_inputs[0].ranges[0]) : man.batch;
   m->info_.graph_buckets = m->session_->cuda_graph_buckets();
+  auto one_element = [](double value, aotc::DType dtype) {
+    at::Tensor one = at::full({1}, value, at::TensorOptions().dtype(aotc::to_scalar_type(dtype)));
+    return std::string(static_cast<const char*>(one.data_ptr()), one.nbytes());
+  };
   if (man.seq) {
     SeqInfo seq{man.seq->dim, man.seq->sizes, man.seq->input_axes, man.seq->output_axes, {}};
-    for (size_t i = 0; i < man.inputs.size(); ++i) {
-      at::Tensor one = at::full({1}, man.seq->pad_values[i], at::TensorOptions().dtype(aotc::to_scalar_type(man.inputs[i].dtype)));
-      seq.pad_bytes.emplace_back(static_cast<const char*>(one.data_ptr()), one.nbytes());
-    }
+    for (size_t i = 0; i < man.inputs.size(); ++i) seq.pad_bytes.push_back(one_element(man.seq->pad_values[i], man.inputs[i].dtype));
     m->info_.seq = std::move(seq);
+  }
+  if (man.pack) {
+    const aotc::SeqPack& p = *man.pack;
+    PackInfo pack{p.size, p.input_of, {}, p.segment_input, p.position_input, {}, p.output_of, p.first};
+    for (size_t i = 0; i < p.request_inputs.size(); ++i) pack.pad_bytes.push_back(one_element(p.pad_values[i], p.request_inputs[i].dtype));
+    for (const auto& s : man.inputs) pack.graph_inputs.push_back(s.name);
+    // As sequence buckets of one size: each input's sequence on axis 1, each per-token output's too.
+    SeqInfo seq{p.dim, {p.size}, std::vector<int>(p.request_inputs.size(), 1), {}, pack.pad_bytes};
+    for (bool first : p.first) seq.output_axes.push_back(first ? -1 : 1);
+    m->info_.seq = std::move(seq);
+    m->info_.pack = std::move(pack);
   }
   m->info_.pin_host_io = man.device == "cuda";  // the session copies to and from its device
   m->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();

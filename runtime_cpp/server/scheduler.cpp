@@ -1,35 +1,22 @@
-// Scheduler (scheduler.h): the queue, batch forming and the runners; each batch's steps are batch.cpp's.
+// Scheduler (scheduler.h): the queue and the runners; which requests form the next batch is
+// batch_forming.cpp's, each batch's steps are batch.cpp's.
 //
-// Runners wait on one condition variable; each forms a batch from a leader (the head of the queue, or the
-// oldest request of a group of compatible ones that filled) and the queued requests compatible with it (same
-// trailing dims), in arrival order; with sequence-bucket promotion, also requests of shorter buckets, which
-// execute() pads to the batch's length. A request cancelled by its timeout is skipped; one already taken by a
-// runner is always answered.
+// Runners wait on one condition variable; each takes the next batch (take_batch) and executes it; with
+// sequence-bucket promotion, execute() pads the requests of shorter buckets to the batch's length. A request
+// cancelled by its timeout is skipped; one already taken by a runner is always answered.
 #include "scheduler.h"
 
 #include <algorithm>
 
 #include "batch.h"
+#include "scheduler_job.h"
 
 namespace aotc::server {
-
-struct Scheduler::Job {
-  BatchRequest request;
-  std::atomic<int> state{0};  // 0 queued, 1 taken by a runner, 2 cancelled by its timeout
-  Done done;
-};
 
 namespace {
 
 uint64_t ns_between(Clock::time_point a, Clock::time_point b) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-}
-
-bool compatible(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!std::equal(a[i].shape.begin() + 1, a[i].shape.end(), b[i].shape.begin() + 1, b[i].shape.end()))
-      return false;
-  return true;
 }
 
 }  // namespace
@@ -49,7 +36,10 @@ Scheduler::Scheduler(std::vector<Instance> instances, const ModelConfig& config)
   if (config_.preferred_batch_sizes.empty())
     for (int64_t b : mi.graph_buckets)
       if (b <= config_.max_batch_size) targets_.push_back(b);
-  if (mi.seq.has_value() && batching()) promotion_ = config_.seq_bucket_promotion;
+  // Packed, a batch is counted in tokens: its rows of the graph are what max_batch_size and the graph
+  // buckets bound.
+  unit_ = mi.pack ? mi.pack->size : 1;
+  if (mi.seq.has_value() && !mi.pack && batching()) promotion_ = config_.seq_bucket_promotion;
   stats_.seq_promoting = promotion_ == SeqPromotion::kOn;
   instance_busy_.assign(instances_.size(), 0);
   for (size_t i = 0; i < instances_.size(); ++i) runners_.emplace_back([this, i] { runner_loop(i); });
@@ -178,36 +168,6 @@ ModelStats Scheduler::stats() const {
   return s;
 }
 
-int64_t Scheduler::seq_length(const BatchRequest& r) const {
-  const auto& seq = info().seq;
-  if (!seq) return 0;
-  for (size_t i = 0; i < r.inputs.size(); ++i)
-    if (seq->input_axes[i] >= 0) return r.inputs[i].shape[static_cast<size_t>(seq->input_axes[i])];
-  return 0;
-}
-
-bool Scheduler::promotable(const BatchRequest& leader, const BatchRequest& j, int64_t length) const {
-  const auto& axes = info().seq->input_axes;
-  for (size_t i = 0; i < leader.inputs.size(); ++i) {
-    const auto& a = leader.inputs[i].shape;
-    const auto& b = j.inputs[i].shape;
-    if (a.size() != b.size()) return false;
-    for (size_t d = 1; d < a.size(); ++d) {
-      if (static_cast<int>(d) == axes[i] ? b[d] > length : a[d] != b[d]) return false;
-    }
-  }
-  return true;
-}
-
-LengthChoice Scheduler::promotion(const std::shared_ptr<Job>& leader) const {
-  std::vector<Candidate> queued;
-  for (const auto& j : queue_)
-    if (j != leader && j->state.load() == 0 && promotable(leader->request, j->request, info().seq->sizes.back()))
-      queued.push_back({seq_length(j->request), j->request.rows});
-  return choose_length(seq_length(leader->request), leader->request.rows, queued, info().seq->sizes,
-                       config_.max_batch_size, targets_, info().graph_buckets, cost_);
-}
-
 void Scheduler::runner_loop(size_t instance) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -228,106 +188,6 @@ void Scheduler::runner_loop(size_t instance) {
     // A runner holding a partial batch for the delay re-checks now: with every instance idle it sends at once.
     if (all_idle()) cv_.notify_all();
   }
-}
-
-auto Scheduler::take_batch(std::unique_lock<std::mutex>& lock, bool& formed_promoting)
-    -> std::vector<std::shared_ptr<Job>> {
-  std::vector<std::shared_ptr<Job>> jobs;
-  const int64_t full = targets_.empty() ? config_.max_batch_size : targets_.back();
-  const auto& pref = config_.preferred_batch_sizes;
-  // The queued requests by trailing shape (one group per sequence bucket, say), in order of each one's oldest:
-  // its leader. rows: what a batch led by it could take now (0: the leader alone exceeds max_batch_size).
-  struct Group {
-    std::shared_ptr<Job> leader;
-    int64_t rows = 0;
-  };
-  std::vector<Group> groups;
-  Group chosen;
-  for (;;) {
-    while (!queue_.empty() && queue_.front()->state.load() == 2) queue_.pop_front();
-    if (queue_.empty()) return jobs;
-    chosen = Group{queue_.front(), 0};
-    if (!batching()) break;
-    // Waiting only pays while another batch runs: its requesters are likely to send again soon, and with
-    // every instance idle a wait would just add the delay to a lone request (concurrency 1). Then the oldest
-    // request's group goes; until its delay is out, the first group to fill (or, of those left partial, the
-    // oldest of a preferred size) goes at once, so that a full batch of one shape never waits behind a
-    // partial one of another.
-    const auto& head = queue_.front()->request;
-    const auto deadline = head.enqueued + std::chrono::microseconds(config_.max_queue_delay_us);
-    const bool head_goes = stop_ || all_idle() || Clock::now() >= deadline;
-    groups.clear();
-    const Group* full_group = nullptr;
-    for (const auto& j : queue_) {
-      if (j->state.load() != 0) continue;
-      auto g = std::find_if(groups.begin(), groups.end(),
-                            [&](const Group& x) { return compatible(x.leader->request.inputs, j->request.inputs); });
-      if (g == groups.end()) {
-        if (head_goes && !groups.empty()) continue;  // only the head's group counts
-        g = groups.insert(groups.end(), Group{j, 0});
-      }
-      if (g->rows + j->request.rows <= config_.max_batch_size) g->rows += j->request.rows;
-      if (!head_goes && g->rows >= full) {
-        full_group = &*g;
-        break;
-      }
-    }
-    if (groups.empty()) continue;  // the head was cancelled meanwhile
-    if (head_goes) {
-      chosen = groups[0];
-      break;
-    }
-    auto ready = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-      return g.rows == 0 || std::find(pref.begin(), pref.end(), g.rows) != pref.end();
-    });
-    if (full_group || ready != groups.end()) {
-      chosen = full_group ? *full_group : *ready;
-      break;
-    }
-    // With promotion, the head's batch is full when it fills taking the shorter buckets' requests.
-    if (promoting()) {
-      const LengthChoice c = promotion(queue_.front());
-      if (c.promote && c.rows >= full) {
-        chosen = groups[0];
-        break;
-      }
-    }
-    cv_.wait_until(lock, deadline);
-  }
-  // With graph buckets, cut the batch to the largest bucket it fills; the rest leads the next batch.
-  int64_t limit = cut_to_target(chosen.rows, targets_, config_.max_batch_size);
-  const auto& leader = chosen.leader;
-  // With promotion: the leader's bucket alone, or a longer one that also takes the shorter buckets' requests.
-  std::optional<int64_t> promote_to;
-  formed_promoting = promoting();
-  if (formed_promoting) {
-    const LengthChoice c = promotion(leader);
-    if (c.promote) {
-      promote_to = c.length;
-      limit = c.limit;
-    }
-  }
-  // Take the leader and, when batching, every compatible queued request that still fits, in arrival order
-  // (the leader's rows counted first).
-  int64_t rows = leader->request.rows;
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    auto& j = *it;
-    const bool joins = promote_to ? promotable(leader->request, j->request, *promote_to)
-                                  : compatible(leader->request.inputs, j->request.inputs);
-    bool fits = j == leader || (batching() && joins && rows + j->request.rows <= limit);
-    int queued = 0;
-    if (fits && j->state.compare_exchange_strong(queued, 1)) {
-      if (j != leader) rows += j->request.rows;
-      jobs.push_back(j);
-      it = queue_.erase(it);
-      if (!batching()) break;
-    } else if (j->state.load() == 2) {
-      it = queue_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  return jobs;
 }
 
 void Scheduler::execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs,

@@ -96,6 +96,12 @@ class Scheduler {
   void finish(Job& job, std::optional<ServeError> error);
   // The next batch, and whether it was formed with promotion (for the trial).
   std::vector<std::shared_ptr<Job>> take_batch(std::unique_lock<std::mutex>& lock, bool& formed_promoting);
+  // Packed: `jobs` cut until their segments pack into `rows` rows; those cut go back to the queue (mu_ held).
+  void fit_rows(std::vector<std::shared_ptr<Job>>& jobs, int64_t rows);
+  // What a request counts against max_batch_size: its rows, or packed, its tokens (rows x length).
+  int64_t units(const BatchRequest& r) const;
+  // Whether `j` may join a batch `leader` leads without promotion: the same trailing dims, or packed, any.
+  bool joins(const BatchRequest& leader, const BatchRequest& j) const;
   // `formed_promoting`: how the batch was formed, for an "auto" trial; unset for a request run inline.
   void execute(size_t instance, std::vector<std::shared_ptr<Job>>& jobs, std::optional<bool> formed_promoting);
   // Whether batches are formed with promotion now (with mu_ held).
@@ -116,6 +122,7 @@ class Scheduler {
   std::vector<Instance> instances_;
   ModelConfig config_;
   std::vector<int64_t> targets_;  // batch sizes to cut batches to (graph buckets <= max_batch_size); may be empty
+  int64_t unit_ = 1;              // tokens per row of a packed package's graph; 1 otherwise
 
   mutable std::mutex mu_;  // guards queue_, stop_, instance_busy_, cost_ and trial_
   std::condition_variable cv_;

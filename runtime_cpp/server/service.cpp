@@ -123,9 +123,8 @@ struct Pending {
   int64_t length = -1;  // with sequence buckets: the request's own length, which its outputs are cut back to
 };
 
-// With sequence buckets: the request's length (its bucketed inputs must agree), its inputs padded to its
-// bucket so that it batches with the other requests there.
-int64_t pad_to_bucket(const SeqInfo& seq, std::vector<Tensor>& inputs) {
+// With sequence buckets: the request's length, which its inputs with the dim must agree on.
+int64_t sequence_length(const SeqInfo& seq, const std::vector<Tensor>& inputs) {
   int64_t length = -1;
   std::string seen;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -138,6 +137,13 @@ int64_t pad_to_bucket(const SeqInfo& seq, std::vector<Tensor>& inputs) {
     length = n;
     seen = seen.empty() ? here : seen + ", " + here;
   }
+  return length;
+}
+
+// With sequence buckets: the request's length, its inputs padded to its bucket so that it batches with the
+// other requests there.
+int64_t pad_to_bucket(const SeqInfo& seq, std::vector<Tensor>& inputs) {
+  const int64_t length = sequence_length(seq, inputs);
   auto size = std::lower_bound(seq.sizes.begin(), seq.sizes.end(), length);
   if (size == seq.sizes.end()) throw bad_request("sequence length " + std::to_string(length) + " is above the largest bucket");
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -153,7 +159,8 @@ Pending prepare(Scheduler& sched, InferRequest request, const SharedMemory& shm)
   shm.system.resolve(request, info.pin_host_io);
   try {
     p.inputs = validate(info, request.inputs);
-    if (info.seq) p.length = pad_to_bucket(*info.seq, p.inputs);
+    // Packed: requests of any length batch together as they are (pack.h puts them in rows).
+    if (info.seq) p.length = info.pack ? sequence_length(*info.seq, p.inputs) : pad_to_bucket(*info.seq, p.inputs);
     std::set<std::string> asked;
     for (const auto& o : request.outputs) {
       auto it = std::find_if(info.outputs.begin(), info.outputs.end(), [&](const TensorInfo& s) { return s.name == o.name; });
@@ -177,9 +184,10 @@ Pending prepare(Scheduler& sched, InferRequest request, const SharedMemory& shm)
   }
   // Outputs asked for in shared memory: the model call writes them there itself (a CUDA model straight from
   // the device), leaving no copy to make here.
-  // (A per-token output of a bucketed model is cut first, then copied there.)
+  // (A per-token output of a bucketed model is cut first, then copied there; a packed one's answers are read
+  // out of the packed rows, then copied there.)
   for (const auto& w : p.wanted)
-    if (w.shm && w.shm->data && !(info.seq && info.seq->output_axes[w.index] >= 0))
+    if (w.shm && w.shm->data && !(info.seq && (info.pack || info.seq->output_axes[w.index] >= 0)))
       p.sinks.push_back({w.index, w.shm->data, static_cast<size_t>(w.shm->byte_size), false, w.shm->device});
   p.request = std::move(request);
   return p;

@@ -105,6 +105,19 @@ struct SeqInfo {
   std::vector<std::string> pad_bytes;  // per input: one element of its pad value, in its datatype
 };
 
+// A package exported with --seq-pack (aotc::SeqPack), as the server uses it. Its ModelInfo shows what a request
+// carries ([b, n], n up to `size`); requests of any length batch together, and a batch's segments (each row of
+// each request) are packed into the graph's rows (pack.h), each request's answer read back from them.
+struct PackInfo {
+  int64_t size = 0;                       // a row's tokens
+  std::vector<size_t> input_of;           // per request input: its graph input
+  std::vector<std::string> pad_bytes;     // per request input: one element of what the rest of a row holds
+  size_t segment_input = 0, position_input = 0;  // the graph inputs packing fills in
+  std::vector<std::string> graph_inputs;  // the graph's input names, in its order
+  std::vector<size_t> output_of;          // per request output: its graph output
+  std::vector<bool> first;                // per request output: read at a segment's first token
+};
+
 // `t` (row-major) padded along `axis` up to `size` elements with copies of `pad` (one element's bytes).
 Tensor pad_axis(const Tensor& t, int axis, int64_t size, const std::string& pad);
 // `t` cut along `axis` to its first `length` elements (a copy; `t` itself when it is that long already).
@@ -119,7 +132,8 @@ struct ModelInfo {
   std::vector<TensorInfo> outputs;
   std::optional<std::pair<int64_t, int64_t>> batch;  // the shared dynamic batch dim's [min, max]
   std::vector<int64_t> graph_buckets;  // batch sizes replayed as CUDA graphs, ascending; empty on CPU / graphs off
-  std::optional<SeqInfo> seq;          // sequence buckets (aotc export --seq-buckets)
+  std::optional<SeqInfo> seq;          // sequence buckets (aotc export --seq-buckets); one of `size` when packed
+  std::optional<PackInfo> pack;        // packed sequences (aotc export --seq-pack)
   // Host memory the model copies inputs from and outputs into (shared memory regions) should be page-locked,
   // so those copies run as DMA: set for CUDA packages.
   bool pin_host_io = false;

@@ -143,6 +143,71 @@ SeqBuckets parse_seq(const Value& v, const Manifest& m) {
   return seq;
 }
 
+// "seq_pack" (docs/manifest.md): the row length, the tensors a request carries and answers with, and which
+// graph input or output each one is.
+SeqPack parse_pack(const Value& v, const Manifest& m) {
+  const std::string at = "seq_pack: ";
+  if (!v.IsObject()) refuse("'seq_pack' must be an object");
+  if (!m.batch) refuse(at + "the graph has no batch dim for its rows");
+  SeqPack p;
+  p.size = as_int(member(v, "size", at), at + "'size'");
+  if (p.size < 1) refuse(at + "'size' must be >= 1");
+  p.dim = get_string(v, "dim", at);
+  auto graph_index = [&](const std::vector<TensorSpec>& specs, const std::string& name, const char* what) {
+    auto it = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.name == name; });
+    if (it == specs.end()) refuse(at + what + " '" + name + "' is not one of the graph's");
+    return static_cast<size_t>(it - specs.begin());
+  };
+  auto tensors = [&](const char* key) {
+    std::vector<TensorSpec> out;
+    const Value& list = get_array(v, key, at);
+    for (rapidjson::SizeType i = 0; i < list.Size(); ++i)
+      out.push_back(parse_spec(list[i], at + key + "[" + std::to_string(i) + "]"));
+    return out;
+  };
+  p.request_inputs = tensors("request_inputs");
+  p.request_outputs = tensors("request_outputs");
+  const Value& pads = member(v, "pad_values", at);
+  if (!pads.IsObject()) refuse(at + "'pad_values' must be an object");
+  std::vector<bool> covered(m.inputs.size(), false);
+  for (const TensorSpec& r : p.request_inputs) {
+    const size_t g = graph_index(m.inputs, r.name, "request input");
+    const auto& gs = m.inputs[g].shape;
+    if (r.shape.size() != 2 || gs.size() != 2 || gs[1] != p.size || r.dtype != m.inputs[g].dtype)
+      refuse(at + "request input '" + r.name + "' must be [batch, sequence] of the graph input's dtype, which must "
+             "be [rows, " + std::to_string(p.size) + "]");
+    if (r.ranges[1].first < 1 || r.ranges[1].second > p.size)
+      refuse(at + "request input '" + r.name + "' takes sequences of up to " + std::to_string(r.ranges[1].second) +
+             " tokens, more than a row's " + std::to_string(p.size));
+    p.input_of.push_back(g);
+    p.pad_values.push_back(pads.HasMember(r.name.c_str()) ? get_number(pads, r.name.c_str(), at + "pad_values: ") : 0.0);
+    covered[g] = true;
+  }
+  if (p.request_inputs.empty()) refuse(at + "'request_inputs' is empty");
+  p.segment_input = graph_index(m.inputs, get_string(v, "segment_input", at), "segment_input");
+  p.position_input = graph_index(m.inputs, get_string(v, "position_input", at), "position_input");
+  for (size_t g : {p.segment_input, p.position_input}) {
+    if (covered[g] || m.inputs[g].dtype != DType::Int64) refuse(at + "'" + m.inputs[g].name + "' must be an int64 input of its own");
+    covered[g] = true;
+  }
+  for (size_t g = 0; g < covered.size(); ++g)
+    if (!covered[g]) refuse(at + "graph input '" + m.inputs[g].name + "' is neither packed nor the segments' or positions'");
+  const Value& kinds = member(v, "outputs", at);
+  if (!kinds.IsObject()) refuse(at + "'outputs' must be an object");
+  for (const TensorSpec& r : p.request_outputs) {
+    const size_t g = graph_index(m.outputs, r.name, "request output");
+    const std::string kind = get_string(kinds, r.name.c_str(), at + "outputs: ");
+    if (kind != "tokens" && kind != "first") refuse(at + "output '" + r.name + "' is '" + kind + "', expected 'tokens' or 'first'");
+    const auto& gs = m.outputs[g].shape;
+    if (gs.size() < 2 || gs[1] != p.size || r.shape.size() != gs.size() - (kind == "first" ? 1 : 0))
+      refuse(at + "graph output '" + r.name + "' must be [rows, " + std::to_string(p.size) + ", ...] and its request "
+             "output one dim less for 'first'");
+    p.output_of.push_back(g);
+    p.first.push_back(kind == "first");
+  }
+  return p;
+}
+
 }  // namespace
 
 Manifest parse_manifest(const std::string& json) {
@@ -187,7 +252,12 @@ Manifest parse_manifest(const std::string& json) {
     m.batch = std::make_pair(lo, hi);
   }
   auto seq = doc.FindMember("seq_buckets");
-  if (seq != doc.MemberEnd() && !seq->value.IsNull()) {
+  auto pack = doc.FindMember("seq_pack");
+  const bool has_seq = seq != doc.MemberEnd() && !seq->value.IsNull();
+  const bool has_pack = pack != doc.MemberEnd() && !pack->value.IsNull();
+  if (has_seq && has_pack) refuse("a package has seq_buckets or seq_pack, not both");
+  if (has_pack) m.pack = parse_pack(pack->value, m);
+  if (has_seq) {
     m.seq = parse_seq(seq->value, m);
     auto weights = seq->value.FindMember("weights");
     if (weights != seq->value.MemberEnd()) {

@@ -203,3 +203,72 @@ TEST(Manifest, RefusesMalformedSequenceBuckets) {
   EXPECT_NE(bad(R"("32": "seq32_static")", R"("32": "Seq32")").find("lower-case"), std::string::npos);
   EXPECT_NE(bad(R"("32": "seq32_static")", R"("32": "model_x")").find("begins"), std::string::npos);
 }
+
+namespace {
+
+// A packed graph (ids, segment_ids, position_ids [rows, 8] int64 -> tokens [rows, 8, 4]) with `pack` as its
+// seq_pack.
+std::string with_pack(const std::string& pack) {
+  const std::string graph = R"("inputs": [
+      {"name": "ids", "dtype": "int64", "shape": [-1, 8], "ranges": [[1, 16], [8, 8]]},
+      {"name": "segment_ids", "dtype": "int64", "shape": [-1, 8], "ranges": [[1, 16], [8, 8]]},
+      {"name": "position_ids", "dtype": "int64", "shape": [-1, 8], "ranges": [[1, 16], [8, 8]]}],
+    "outputs": [{"name": "tokens", "dtype": "float32", "shape": [-1, 8, 4], "ranges": [[1, 16], [8, 8], [4, 4]]},
+                {"name": "pooled", "dtype": "float32", "shape": [-1, 8, 4], "ranges": [[1, 16], [8, 8], [4, 4]]}],
+    "batch": {"min": 1, "max": 16},)";
+  std::string m = manifest();
+  const size_t from = m.find(R"("inputs":)"), to = m.find(R"("compile":)");
+  m.replace(from, to - from, graph + R"( "seq_pack": )" + pack + ", ");
+  m.replace(m.find(R"("inputs": ["extra)"), std::string(R"("inputs": ["extra/aotc/sample0_input0.npy"])").size(),
+            R"("inputs": ["a.npy", "b.npy", "c.npy"])");
+  m.replace(m.find(R"("outputs": ["extra)"), std::string(R"("outputs": ["extra/aotc/sample0_output0.npy"])").size(),
+            R"("outputs": ["d.npy", "e.npy"])");
+  return m;
+}
+
+const char* kPack = R"({"size": 8, "dim": "seq", "inputs": {"ids": 1}, "pad_values": {"ids": -1},
+  "segment_input": "segment_ids", "position_input": "position_ids",
+  "outputs": {"tokens": "tokens", "pooled": "first"},
+  "request_inputs": [{"name": "ids", "dtype": "int64", "shape": [-1, -1], "ranges": [[1, 16], [2, 8]]}],
+  "request_outputs": [{"name": "tokens", "dtype": "float32", "shape": [-1, -1, 4], "ranges": [[1, 16], [2, 8], [4, 4]]},
+                      {"name": "pooled", "dtype": "float32", "shape": [-1, 4], "ranges": [[1, 16], [4, 4]]}]})";
+
+}  // namespace
+
+TEST(Manifest, ParsesPackedSequences) {
+  auto m = aotc::parse_manifest(with_pack(kPack));
+  ASSERT_TRUE(m.pack.has_value());
+  EXPECT_EQ(m.pack->size, 8);
+  EXPECT_EQ(m.pack->input_of, std::vector<size_t>{0});
+  EXPECT_EQ(m.pack->pad_values, std::vector<double>{-1});
+  EXPECT_EQ(m.pack->segment_input, 1u);
+  EXPECT_EQ(m.pack->position_input, 2u);
+  EXPECT_EQ(m.pack->output_of, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(m.pack->first, (std::vector<bool>{false, true}));
+  EXPECT_EQ(m.pack->request_inputs[0].ranges[1], (std::pair<int64_t, int64_t>{2, 8}));
+}
+
+TEST(Manifest, RefusesMalformedPackedSequences) {
+  auto bad = [](const std::string& from, const std::string& to) {
+    std::string s = kPack;
+    s.replace(s.find(from), from.size(), to);
+    return refusal(with_pack(s));
+  };
+  EXPECT_NE(bad(R"("size": 8)", R"("size": 0)").find("'size' must be >= 1"), std::string::npos);
+  EXPECT_NE(bad(R"("size": 8)", R"("size": 16)").find("must be [batch, sequence]"), std::string::npos);
+  EXPECT_NE(bad(R"([[1, 16], [2, 8]]}])", R"([[1, 16], [2, 9]]}])").find("more than a row's 8"), std::string::npos);
+  EXPECT_NE(bad(R"("segment_input": "segment_ids")", R"("segment_input": "ids")").find("an int64 input of its own"),
+            std::string::npos);
+  EXPECT_NE(bad(R"("position_input": "position_ids")", R"("position_input": "nope")").find("'nope' is not one of the graph's"),
+            std::string::npos);
+  EXPECT_NE(bad(R"("pooled": "first")", R"("pooled": "mean")").find("expected 'tokens' or 'first'"), std::string::npos);
+  EXPECT_NE(bad(R"("shape": [-1, 4], "ranges": [[1, 16], [4, 4]])",
+                R"("shape": [-1, -1, 4], "ranges": [[1, 16], [2, 8], [4, 4]])").find("one dim less for 'first'"),
+            std::string::npos);
+  // the positions left to no one: a graph input neither packed nor filled by the packer
+  EXPECT_NE(bad(R"("position_input": "position_ids")", R"("position_input": "segment_ids")").find("an int64 input of its own"),
+            std::string::npos);
+  std::string both = with_pack(kPack);
+  both.replace(both.find(R"("seq_pack":)"), 0, R"("seq_buckets": {"dim": "seq", "sizes": [8], "inputs": {"ids": 1}, "outputs": {}, "pad_values": {}, "graphs": {"8": "model"}}, )");
+  EXPECT_NE(refusal(both).find("seq_buckets or seq_pack, not both"), std::string::npos) << refusal(both);
+}

@@ -33,16 +33,24 @@ def static_batches(text: str) -> tuple[int, ...] | str:
     return tuple(positive_int(t) for t in text.split(","))
 
 
-def seq_buckets(text: str) -> str:
-    """`INPUT:AXIS[,INPUT:AXIS...]=N,N,...`, checked here (aotc.seq_buckets.parse) and kept as given."""
-    from aotc.errors import ExportError
-    from aotc.seq_buckets import parse
+def _checked(module: str):
+    """An argparse type for a flag that `aotc.<module>.parse` checks (its ExportError becomes argparse's
+    message); the text is kept as given."""
+    def check(text: str) -> str:
+        import importlib
 
-    try:
-        parse(text)
-    except ExportError as e:
-        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
-    return text
+        from aotc.errors import ExportError
+
+        try:
+            importlib.import_module(f"aotc.{module}").parse(text)
+        except ExportError as e:
+            raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
+        return text
+    return check
+
+
+seq_buckets = _checked("seq_buckets")  # INPUT:AXIS[,INPUT:AXIS...]=N,N,...
+seq_pack = _checked("seq_pack")        # INPUT:AXIS[,INPUT:AXIS...]=P
 
 
 def samples_mb(text: str) -> float | None:
@@ -86,6 +94,12 @@ def add_parser(sub) -> None:
                         "padded (with 0, or the file's pad_values()) and its per-token outputs cut back to l. "
                         "Every input with the dim must be named; lengths above the largest N are refused. Crossed "
                         "with --static-batches. A model whose answer changes with padding is refused")
+    p.add_argument("--seq-pack", type=seq_pack, metavar="INPUT:AXIS[,INPUT:AXIS...]=P",
+                   help="compile the model as it runs packed (the model file's pack_model(model)): rows of P tokens, "
+                        "each holding the sequences of several requests one after the other, so that no request "
+                        "is padded to a bucket (e.g. input_ids:1,attention_mask:1=128). aotc-server packs the "
+                        "requests it batches and reads each one's answer back. Every input must carry the dim; "
+                        "a pack_model whose answers differ from the model's is refused")
     p.add_argument("--example-batch", type=positive_int, metavar="N",
                    help="trace and tune at batch N: example inputs from the file's make_inputs(N), else its "
                         "example rows repeated (Inductor picks kernel launch configs for the example's sizes)")
@@ -132,7 +146,8 @@ def options(args):
     return pipeline.ExportOptions(
         out=args.output, device=args.device, dtype=args.dtype,
         dynamic_batch=pipeline.parse_dynamic_batch(args.dynamic_batch), example_batch=args.example_batch,
-        static_batches=args.static_batches, seq_buckets=args.seq_buckets, max_autotune=args.max_autotune,
+        static_batches=args.static_batches, seq_buckets=args.seq_buckets, seq_pack=args.seq_pack,
+        max_autotune=args.max_autotune,
         freezing={"on": True, "off": False}.get(args.freezing),
         inductor_extra=pipeline.parse_inductor_configs(args.inductor_config), strict=args.strict,
         sdpa_backend=args.sdpa_backend, name=args.name, allow_python_ops=args.allow_python_ops,

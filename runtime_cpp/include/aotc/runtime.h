@@ -72,6 +72,23 @@ struct SeqBuckets {
   int64_t bucket(int64_t length) const;  // the smallest size >= length; -1 beyond the largest
 };
 
+// Packed sequences (`aotc export --seq-pack`): the graph runs rows of `size` tokens, each holding several
+// requests' sequences one after the other ("segments"). A request carries `request_inputs` ([b, n], n <= size)
+// and is answered with `request_outputs`: its segments' tokens of a per-token output, their first tokens of
+// the others. Session::run runs the graph as it is, on packed rows; aotc-server packs (server/pack.h).
+// Plain data; copyable.
+struct SeqPack {
+  int64_t size = 0;                     // the row length
+  std::string dim;                      // the sequence dim's name
+  std::vector<TensorSpec> request_inputs, request_outputs;
+  std::vector<size_t> input_of;         // per request input: its graph input (manifest index)
+  std::vector<double> pad_values;       // per request input: what the rest of a row holds
+  size_t segment_input = 0;             // the graph input of each token's segment (1, 2, ...; 0: filler)
+  size_t position_input = 0;            // the graph input of each token's position in its segment
+  std::vector<size_t> output_of;        // per request output: its graph output
+  std::vector<bool> first;              // per request output: read at a segment's first token
+};
+
 // The parsed manifest (docs/manifest.md). Plain data; copyable.
 struct Manifest {
   std::string format;
@@ -91,6 +108,7 @@ struct Manifest {
   // seq_buckets.weights); the runtime lends them at load.
   std::set<std::string> borrowed_weights;
   std::optional<SeqBuckets> seq;             // seq_buckets; static graphs at a bucket are there, not above
+  std::optional<SeqPack> pack;               // seq_pack
   double atol = 1e-4;
   double rtol = 1e-4;
   std::vector<std::pair<std::string, std::string>> files_sha256;  // archive path -> lower-case hex
