@@ -131,9 +131,9 @@ def test_aotc_run_checks_every_sample_through_its_bucket(pkg):
     assert "MISMATCH" not in r.stdout and re.search(r"\(graph seq\d+_static\)", r.stdout), r.stdout
 
 
-def _body(ids, mask):
+def _body(ids, mask, **extra):
     return {"inputs": [{"name": n, "shape": list(x.shape), "datatype": "INT64", "data": x.ravel().tolist()}
-                       for n, x in (("input_ids", ids), ("attention_mask", mask))]}
+                       for n, x in (("input_ids", ids), ("attention_mask", mask))], **extra}
 
 
 def test_the_server_batches_lengths_of_one_bucket_and_answers_each_at_its_own(tmp_path, pkg):
@@ -255,7 +255,9 @@ def test_auto_promotion_runs_trials_under_load_and_every_answer_stays_right(tmp_
         assert status == 200
 
 
-def test_grpc_and_shared_memory_answers_are_cut_to_the_request(tmp_path, pkg):
+def grpc_and_shm_answers_are_eagers(tmp_path, pkg, region: str):
+    """A package of models/hf_bert.py answers 2 rows of 21 tokens as eager does over gRPC, and writes the
+    per-token output into a system shared memory region sized for the request's own length."""
     import tritonclient.grpc as grpcclient
     import tritonclient.utils.shared_memory as shm
 
@@ -269,20 +271,24 @@ def test_grpc_and_shared_memory_answers_are_cut_to_the_request(tmp_path, pkg):
         ins[1].set_data_from_numpy(mask.numpy())
         r = c.infer("bert", ins)
         np.testing.assert_allclose(r.as_numpy("last_hidden_state"), ref[0].numpy(), atol=1e-4, rtol=1e-3)
-        # the per-token output into a region sized for the request's own length
+        np.testing.assert_allclose(r.as_numpy("pooler_output"), ref[1].numpy(), atol=1e-4, rtol=1e-3)
         size = ref[0].numel() * 4
-        handle = shm.create_shared_memory_region("seq_out", "/aotc_seq_out", size)
+        handle = shm.create_shared_memory_region(region, f"/aotc_{region}", size)
         try:
-            c.register_system_shared_memory("seq_out", "/aotc_seq_out", size)
+            c.register_system_shared_memory(region, f"/aotc_{region}", size)
             out = grpcclient.InferRequestedOutput("last_hidden_state")
-            out.set_shared_memory("seq_out", size)
+            out.set_shared_memory(region, size)
             r = c.infer("bert", ins, outputs=[out])
             assert r.get_output("last_hidden_state").shape == [2, 21, 64]
             got = shm.get_contents_as_numpy(handle, np.float32, [2, 21, 64])
             np.testing.assert_allclose(got, ref[0].numpy(), atol=1e-4, rtol=1e-3)
-            c.unregister_system_shared_memory("seq_out")
+            c.unregister_system_shared_memory(region)
         finally:
             shm.destroy_shared_memory_region(handle)
+
+
+def test_grpc_and_shared_memory_answers_are_cut_to_the_request(tmp_path, pkg):
+    grpc_and_shm_answers_are_eagers(tmp_path, pkg, "seq_out")
 
 
 @pytest.mark.parametrize("flag, message", [

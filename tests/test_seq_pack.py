@@ -18,6 +18,7 @@ from aotc.manifest import read
 from aotc.seq_pack import pack, parse, place, unpack
 from conftest import REPO, eager_reference, run_aotc
 from launch import Server, find_binary, make_repository
+from test_seq_buckets import _body, _inputs, grpc_and_shm_answers_are_eagers
 from test_server_batching import run_clients
 
 FLAG = "input_ids:1,attention_mask:1=128"
@@ -26,19 +27,6 @@ FLAG = "input_ids:1,attention_mask:1=128"
 @pytest.fixture(scope="module")
 def pkg(export_package):
     return export_package("models/hf_bert.py", "--seq-pack", FLAG)
-
-
-def _inputs(batch: int, length: int, seed: int):
-    """ids and a right-padded mask (some rows shorter than `length`), as models/hf_bert.py makes them."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, 1000, (batch, length), generator=g)
-    lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=g)
-    return ids, (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
-
-
-def _body(ids, mask, **extra):
-    return {"inputs": [{"name": n, "shape": list(x.shape), "datatype": "INT64", "data": x.ravel().tolist()}
-                       for n, x in (("input_ids", ids), ("attention_mask", mask))], **extra}
 
 
 def test_parse_takes_one_row_length_and_refuses_junk():
@@ -141,33 +129,7 @@ def test_the_server_packs_lengths_together_and_answers_each_at_its_own(tmp_path,
 
 
 def test_grpc_and_shared_memory_answers_come_at_the_request_length(tmp_path, pkg):
-    import tritonclient.grpc as grpcclient
-    import tritonclient.utils.shared_memory as shm
-
-    repo = make_repository(tmp_path / "repo", {"bert": pkg})
-    ids, mask = _inputs(2, 21, 7)
-    ref = eager_reference("models/hf_bert.py", inputs=(ids, mask))[2]
-    with Server("cpp", repo, "--allow-shared-memory") as s:
-        c = grpcclient.InferenceServerClient(s.grpc_url)
-        ins = [grpcclient.InferInput("input_ids", [2, 21], "INT64"), grpcclient.InferInput("attention_mask", [2, 21], "INT64")]
-        ins[0].set_data_from_numpy(ids.numpy())
-        ins[1].set_data_from_numpy(mask.numpy())
-        r = c.infer("bert", ins)
-        np.testing.assert_allclose(r.as_numpy("last_hidden_state"), ref[0].numpy(), atol=1e-4, rtol=1e-3)
-        np.testing.assert_allclose(r.as_numpy("pooler_output"), ref[1].numpy(), atol=1e-4, rtol=1e-3)
-        size = ref[0].numel() * 4
-        handle = shm.create_shared_memory_region("pack_out", "/aotc_pack_out", size)
-        try:
-            c.register_system_shared_memory("pack_out", "/aotc_pack_out", size)
-            out = grpcclient.InferRequestedOutput("last_hidden_state")
-            out.set_shared_memory("pack_out", size)
-            r = c.infer("bert", ins, outputs=[out])
-            assert r.get_output("last_hidden_state").shape == [2, 21, 64]
-            got = shm.get_contents_as_numpy(handle, np.float32, [2, 21, 64])
-            np.testing.assert_allclose(got, ref[0].numpy(), atol=1e-4, rtol=1e-3)
-            c.unregister_system_shared_memory("pack_out")
-        finally:
-            shm.destroy_shared_memory_region(handle)
+    grpc_and_shm_answers_are_eagers(tmp_path, pkg, "pack_out")
 
 
 @pytest.mark.parametrize("flag, message", [
