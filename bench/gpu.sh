@@ -38,7 +38,8 @@ The others run in the order given:
   loopback  bench/loopback.py: the floor of an N-byte answer over loopback TCP (no GPU)        loopback.md
   warmup    bench/warmup.py: BERT's first 200 answers after a hot reload, warm-up on and off    warmup.md
   seqbench  bench/seq_buckets.py: BERT-base fp16, lengths 8..128 at concurrency 32: sequence buckets
-            32,64,128 against one padded shape and a dynamic sequence dim        seq_buckets.{log,md}
+            32,64,128 against one padded shape and a dynamic sequence dim (--variants: also packed
+            rows, --seq-pack)                                                    seq_buckets.{log,md}
   tune      bench/tune_targets.py: aotc tune of BERT-base fp16 at concurrency 32, budget 2x the unbatched
             p50, variants default and no-static-batches, against the default configuration          tune.md
   pa        bench/perf_analyzer.py (Triton's perf_analyzer, carried in .gpu/) on BERT at concurrency 1, HTTP

@@ -105,7 +105,7 @@ CHANGED = {"dtype": "fp16", "dynamic_batch": (1, 8), "example_batch": 3, "static
            "max_autotune": True, "freezing": False, "inductor_extra": {"coordinate_descent_tuning": True},
            "strict": True, "sdpa_backend": "math", "name": "other", "allow_python_ops": True,
            "embedding_bag": "aten", "allow_trivial_outputs": True, "samples": None, "quick": True,
-           "seq_buckets": "x:1=8,16"}
+           "seq_buckets": "x:1=8,16", "seq_pack": "x:1=16"}
 
 
 @pytest.mark.parametrize("option", sorted(CHANGED))
