@@ -171,6 +171,12 @@ def test_a_model_file_without_pack_model_or_with_both_flags_is_one_line(tmp_path
                  .replace("segment_ids", "segments").replace("position_ids=position_ids", "position_ids=positions"))
     r = run_aotc("export", str(f), "--seq-pack", FLAG, "--no-cache", "-o", "/tmp/never.pt2")
     assert r.returncode != 0 and "expected (input_ids, attention_mask, segment_ids, position_ids)" in r.stderr, r.stderr
+    f = tmp_path / "pooled_per_row.py"  # the pooler on each row's first token: no token axis to read segments from
+    f.write_text(src.replace("pooled = self.bert.pooler.activation(self.bert.pooler.dense(h))",
+                             "pooled = self.bert.pooler.activation(self.bert.pooler.dense(h[:, 0]))"))
+    r = run_aotc("export", str(f), "--seq-pack", FLAG, "--no-cache", "-o", "/tmp/never.pt2")
+    assert r.returncode != 0 and re.search(r"pack_model\(\)'s output 'pooler_output' is \[1, 64\] for 1 row, expected "
+                                           r"\[1, 128, 64\]", r.stderr), r.stderr[-2000:]
     bad = run_aotc("export", "models/hf_bert.py", "--seq-pack", "input_ids:1=64,128", "-o", "/tmp/never.pt2")
     assert bad.returncode == 2 and "one row length is expected" in bad.stderr
 
