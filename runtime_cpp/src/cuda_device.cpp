@@ -1,5 +1,6 @@
 // Whether a CUDA package can run on a device (its arch against the package's cuda_arch), and the batch
 // buckets CUDA graphs are captured for (cuda_graphs.h). CUDA builds only (AOTC_WITH_CUDA).
+#include <algorithm>
 #include <cctype>
 #include <string>
 
@@ -23,9 +24,9 @@ int arch_number(const std::string& arch, const std::string& prefix) {
 
 }  // namespace
 
-std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch) {
+std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch, bool every) {
   std::vector<int64_t> out;
-  for (int64_t b = 1; b < max_batch; b *= 2) {
+  for (int64_t b = every ? std::max<int64_t>(min_batch, 1) : 1; b < max_batch; b = every ? b + 1 : b * 2) {
     if (b >= min_batch) out.push_back(b);
   }
   out.push_back(max_batch);

@@ -113,12 +113,7 @@ CudaExecutor::CudaExecutor(const std::string& package_path, const Manifest& mani
   const char* env = std::getenv("AOTC_CUDA_GRAPHS");  // "0": off for every session of the process
   graphs_ = options.graphs && !(env && std::string(env) == "0") && shapes_allow_graphs(manifest);
   if (graphs_ && manifest.batch) {
-    // A packed package's batch dim counts rows, which requests fill a row at a time: one graph per row count,
-    // where a power-of-two bucket would replay up to twice the rows they fill.
-    if (manifest.pack)
-      for (int64_t rows = manifest.batch->first; rows <= manifest.batch->second; ++rows) buckets_.push_back(rows);
-    else
-      buckets_ = batch_buckets(manifest.batch->first, manifest.batch->second);
+    buckets_ = batch_buckets(manifest.batch->first, manifest.batch->second, /*every=*/manifest.pack.has_value());
     for (const auto& [batch, graph] : manifest.static_graphs) buckets_.push_back(batch);
     std::sort(buckets_.begin(), buckets_.end());
     buckets_.erase(std::unique(buckets_.begin(), buckets_.end()), buckets_.end());

@@ -46,10 +46,11 @@ struct CudaOptions {
   torch::inductor::AOTIModelPackageLoader* weights_from = nullptr;
 };
 
-// The batch sizes graphs are captured for: every power of two in [min, max], plus max itself (cuda_device.cpp,
-// as the two device checks below).
+// The batch sizes graphs are captured for: every power of two in [min, max], plus max itself; with `every`
+// (a packed package, whose batch dim counts rows that requests fill one at a time), every size in [min, max]
+// (cuda_device.cpp, as the two device checks below).
 // A request of batch n runs in the smallest bucket >= n, padded.
-std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch);
+std::vector<int64_t> batch_buckets(int64_t min_batch, int64_t max_batch, bool every = false);
 
 // The architecture of a CUDA device as the manifest spells it, e.g. "sm_90". Throws Error(PackageRefused)
 // when there is no such device.
