@@ -170,9 +170,8 @@ void Scheduler::fit_rows(std::vector<std::shared_ptr<Job>>& jobs, int64_t rows) 
   // in their order, until the rest do (the leader always goes; alone, a request fits a row per row).
   Batch batch;
   for (auto& j : jobs) batch.push_back(&j->request);
-  size_t keep = jobs.size();
-  while (keep > 1 && packed_rows(Batch(batch.begin(), batch.begin() + static_cast<long>(keep)), *info().pack) > rows)
-    --keep;
+  while (batch.size() > 1 && packed_rows(batch, *info().pack) > rows) batch.pop_back();
+  const size_t keep = batch.size();
   for (size_t i = jobs.size(); i-- > keep;) {
     jobs[i]->state.store(0);
     queue_.push_front(jobs[i]);

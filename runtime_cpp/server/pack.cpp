@@ -43,7 +43,8 @@ int64_t packed_rows(const Batch& batch, const PackInfo& pack) {
 PackedBatch pack(const Batch& batch, const PackInfo& pack) {
   PackedBatch out;
   int64_t rows = 0;
-  out.where = place(segment_lengths(batch), pack.size, rows);
+  const std::vector<int64_t> lengths = segment_lengths(batch);
+  out.where = place(lengths, pack.size, rows);
   const size_t tokens = static_cast<size_t>(rows * pack.size);
   out.inputs.resize(pack.graph_inputs.size());
   for (size_t g = 0; g < out.inputs.size(); ++g) out.inputs[g] = {pack.graph_inputs[g], WireType::INT64, {rows, pack.size}, {}};
@@ -72,7 +73,6 @@ PackedBatch pack(const Batch& batch, const PackInfo& pack) {
   std::string segment(tokens * sizeof(int64_t), '\0'), position(tokens * sizeof(int64_t), '\0');
   auto* seg = reinterpret_cast<int64_t*>(segment.data());
   auto* pos = reinterpret_cast<int64_t*>(position.data());
-  const std::vector<int64_t> lengths = segment_lengths(batch);
   for (size_t s = 0; s < out.where.size(); ++s) {
     const size_t at = static_cast<size_t>(out.where[s].row * pack.size + out.where[s].offset);
     for (int64_t k = 0; k < lengths[s]; ++k) {
