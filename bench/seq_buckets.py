@@ -1,8 +1,9 @@
 """Sequence-length buckets against one padded shape, a dynamic sequence dim and packed rows, side by side: the
 same model exported up to four ways (`--seq-buckets INPUTS=SIZES`; `--seq-buckets INPUTS=MAX`, every request
 padded to the longest; no buckets, the sequence dim dynamic; `--seq-pack INPUTS=MAX`, several requests per row
-of MAX tokens, the "packed" variant), each served by aotc-server with dynamic batching (max_batch_size counts
-the graph's rows, so packed and padded batches hold the same tokens at most), loaded by
+of MAX tokens, the "packed" variant, or of N tokens, "packedN"), each served by aotc-server with dynamic
+batching (max_batch_size counts the graph's rows of MAX tokens, so every variant's batches hold the same tokens
+at most: packedN's max_batch_size is scaled by MAX / N), loaded by
 `aotc-load` at one concurrency with requests whose lengths are drawn uniformly from a range (each connection
 sends a fixed list of them in turn, starting at its own place). The cells take turns in rounds, so drifting
 load falls on all alike. "buckets" serves the buckets' package with `seq_bucket_promotion` true,
@@ -13,7 +14,7 @@ a longer bucket than their own (and, for "auto", how many trials promotion won).
   python bench/seq_buckets.py [--model models/hf_bert.py:base] [--device cpu|cuda] [--dtype fp32]
       [--inputs input_ids:1,attention_mask:1] [--sizes 32,64,128] [--lengths 8:128] [--concurrency 32]
       [--request-batch 1] [--seconds 20] [--rounds 3] [--outputs binary|json] [--runners 1]
-      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,auto,padded,dynamic,packed]
+      [--preferred-batch-sizes 16] [--variants buckets,unpromoted,auto,padded,dynamic,packed,packed256]
       [--export-arg=--static-batches=none]... [--server-arg=--intra-op-threads=1]... [--out FILE]
 Exports go through `aotc export` and its cache. Not a test; asserts nothing.
 """
@@ -25,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -142,9 +144,11 @@ def main() -> int:
                 "unpromoted": None, "auto": None, "padded": ["--seq-buckets", f"{args.inputs}={largest}"], "dynamic": [],
                 "packed": ["--seq-pack", f"{args.inputs}={largest}"]}
     wanted = args.variants.split(",")
+    row_tokens = {v: int(v[6:]) for v in wanted if re.fullmatch(r"packed[1-9][0-9]*", v)}
+    variants.update({v: ["--seq-pack", f"{args.inputs}={n}"] for v, n in row_tokens.items()})
     if any(v not in variants for v in wanted) or ({"unpromoted", "auto"} & set(wanted) and "buckets" not in wanted):
-        ap.error(f"--variants takes any of buckets, unpromoted, auto, padded, dynamic, packed (unpromoted and auto "
-                 f"with buckets); got {args.variants!r}")
+        ap.error(f"--variants takes any of buckets, unpromoted, auto, padded, dynamic, packed, packedN (rows of N "
+                 f"tokens; unpromoted and auto with buckets); got {args.variants!r}")
     variants = {k: v for k, v in variants.items() if k in wanted}
     args.pkg_dir.mkdir(parents=True, exist_ok=True)
     pkgs, export_s = {}, {}
@@ -163,6 +167,8 @@ def main() -> int:
     promotion = {"buckets": True, "unpromoted": False, "auto": "auto", "padded": True}
     configs = {label: dict(config, seq_bucket_promotion=promotion[label]) if label in promotion else config
                for label in variants}
+    for label, n in row_tokens.items():  # as many tokens a batch as the others'
+        configs[label] = dict(config, max_batch_size=max(1, args.max_batch_size * int(largest) // n))
     runs: dict[str, list[dict]] = {label: [] for label in variants}
     stats, promoted = {}, {}
     with tempfile.TemporaryDirectory() as t:
@@ -185,7 +191,8 @@ def main() -> int:
     lines = [f"`python bench/seq_buckets.py --model {args.model} --device {args.device} --dtype {args.dtype} "
              f"--sizes {args.sizes} --lengths {args.lengths} --concurrency {args.concurrency} --request-batch "
              f"{args.request_batch} --seconds {args.seconds:g} --rounds {args.rounds} --outputs {args.outputs} "
-             f"--runners {args.runners} --variants {args.variants}"
+             f"--runners {args.runners} --max-batch-size {args.max_batch_size} --max-queue-delay-us "
+             f"{args.max_queue_delay_us} --variants {args.variants}"
              + (f" --preferred-batch-sizes {','.join(map(str, args.preferred_batch_sizes))}"
                 if args.preferred_batch_sizes else "")
              + "".join(f" --export-arg={a}" for a in args.export_arg)
@@ -199,7 +206,7 @@ def main() -> int:
         m = med[label]
         lines.append(f"| {label} | {m['req_per_s']:.2f} | {m['p50_ms']:.1f} | {m['p99_ms']:.1f} | "
                      f"{export_s[label]:.0f} | {pkgs[label].stat().st_size / 1e6:.0f} |")
-    tops = ("packed", "buckets", "auto")
+    tops = (*row_tokens, "packed", "buckets", "auto")
     ratios = [f"{top} / {label}: throughput {med[top]['req_per_s'] / m['req_per_s']:.2f}x, "
               f"p99 {med[top]['p99_ms'] / m['p99_ms']:.2f}x"
               for i, top in enumerate(tops) if top in med for label, m in med.items()
@@ -211,6 +218,7 @@ def main() -> int:
                         for s in st["batch_stats"])
         lines.append(f"- {label}: " + ", ".join(f"{n}x{c} ({ns / max(c, 1) / 1e6:.2f})" for n, c, ns in formed)
                      + promotion_note(promoted[label]))
+        lines[-1] += f"; max_batch_size {configs[label]['max_batch_size']}" if label in row_tokens else ""
     report = "\n".join(lines)
     print(report)
     if args.out:

@@ -40,8 +40,8 @@ def base() -> torch.nn.Module:
 class Packed(torch.nn.Module):
     """A BertModel on rows that each hold several sequences one after the other (aotc.seq_pack): a token attends
     to the unmasked tokens of its own segment only and takes its position within it, so each segment's answer
-    is the one BertModel gives that sequence alone. The pooler runs on every token; the answer for a sequence
-    is at its first."""
+    is the one BertModel gives that sequence alone, so a row may be longer than the longest sequence. The pooler
+    runs on every token; the answer for a sequence is at its first."""
 
     def __init__(self, bert: BertModel):
         super().__init__()
@@ -54,7 +54,9 @@ class Packed(torch.nn.Module):
         # the filler after a row's segments (segment 0) attends to itself, so no row of the softmax is empty
         eye = torch.eye(input_ids.shape[1], dtype=torch.bool, device=input_ids.device)
         keep = keep | ((segment_ids == 0)[:, :, None] & eye)
-        h = self.bert(input_ids, attention_mask=keep[:, None], position_ids=position_ids).last_hidden_state
+        # token types given, not taken from BertModel's buffer of max_position_embeddings: a row may be longer
+        h = self.bert(input_ids, attention_mask=keep[:, None], token_type_ids=torch.zeros_like(input_ids),
+                      position_ids=position_ids).last_hidden_state
         pooled = self.bert.pooler.activation(self.bert.pooler.dense(h))
         return {"last_hidden_state": h, "pooler_output": pooled}
 

@@ -132,10 +132,31 @@ def test_grpc_and_shared_memory_answers_come_at_the_request_length(tmp_path, pkg
     grpc_and_shm_answers_are_eagers(tmp_path, pkg, "pack_out")
 
 
+def test_rows_longer_than_the_longest_request_hold_several_of_them(tmp_path, export_package):
+    # rows of 256 tokens for a model whose sequences reach 128: a request's two rows of 128 fit one graph row
+    # (max_batch_size 1) and answer as eager, and a request is still held to the model's 128
+    pkg = export_package("models/hf_bert.py", "--seq-pack", "input_ids:1,attention_mask:1=256", "--quick")
+    p = read(str(pkg)).seq_pack
+    assert p.size == 256 and [t.ranges for t in p.request_inputs] == [((1, 16), (8, 128))] * 2
+    repo = make_repository(tmp_path / "repo", {"bert": pkg}, {"bert": {"max_batch_size": 1}})
+    case = _inputs(2, 128, 300)
+    ref = eager_reference("models/hf_bert.py", inputs=case)[2]
+    with Server("cpp", repo) as s:
+        status, r = s.json("POST", "/v2/models/bert/infer", _body(*case))
+        assert status == 200, r
+        out = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in r["outputs"]}
+        np.testing.assert_allclose(out["last_hidden_state"], ref[0].numpy(), atol=1e-4, rtol=1e-3)
+        np.testing.assert_allclose(out["pooler_output"], ref[1].numpy(), atol=1e-4, rtol=1e-3)
+        _, st = s.json("GET", "/v2/models/bert/stats")
+        assert [b["batch_size"] for b in st["model_stats"][0]["batch_stats"]] == [2], st
+        status, r = s.json("POST", "/v2/models/bert/infer", _body(*_inputs(1, 129, 0)))
+        assert status == 400 and "dim 1 is 129" in r["error"] and "8..128" in r["error"], r
+
+
 @pytest.mark.parametrize("flag, message", [
     ("nope:1=128", r"the model has no input 'nope'; its inputs are \['input_ids', 'attention_mask'\]"),
     ("input_ids:1=128", r"input 'attention_mask' is not named; packing puts every input's sequences in rows"),
-    ("input_ids:1,attention_mask:1=256", r"the row length 256 lies outside dim 'seq''s range \[8, 128\]"),
+    ("input_ids:1,attention_mask:1=4", r"the row length 4 is shorter than dim 'seq''s shortest sequence 8"),
     ("input_ids:0,attention_mask:1=128", r"input 'input_ids' is \[4, 32\] with the sequence at axis 0"),
 ])
 def test_a_flag_the_model_does_not_fit_is_one_line(flag, message):

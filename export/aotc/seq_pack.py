@@ -134,9 +134,13 @@ def _seq_dims(mf, req: SeqRequest) -> tuple[str, tuple[int, int], tuple[int, int
                               f"inputs' is '{seq.__name__}'; the inputs of one --seq-pack share one dim")
     lo, hi = getattr(seq, "min", 1), getattr(seq, "max", None)
     size = req.sizes[0]
-    if not isinstance(hi, int) or not lo <= size <= hi:
-        raise ExportError(f"{flag}: the row length {size} lies outside dim '{seq.__name__}''s range [{lo}, {hi}]")
-    return seq.__name__, (lo, size), (getattr(batch, "min", 1), getattr(batch, "max", 1))
+    if not isinstance(hi, int):
+        raise ExportError(f"{flag}: dim '{seq.__name__}' has no maximum; packing needs the longest a request may be")
+    if size < lo:
+        raise ExportError(f"{flag}: the row length {size} is shorter than dim '{seq.__name__}''s shortest sequence "
+                          f"{lo}; a row must hold at least one request")
+    # a request is at most as long as the dim allows and as a row; a row may be longer than any request
+    return seq.__name__, (lo, min(size, hi)), (getattr(batch, "min", 1), getattr(batch, "max", 1))
 
 
 @dataclasses.dataclass
@@ -197,13 +201,13 @@ def packed_model_file(mf, req: SeqRequest) -> PackedModel:
         lengths = []
         while True:
             n = int(torch.randint(lo, hi + 1, (1,), generator=g))
-            rows = 1 + max(r for r, _ in place(lengths + [n], hi))
+            rows = 1 + max(r for r, _ in place(lengths + [n], pm.size))
             if rows > batch:
                 break
             lengths.append(n)
-        while 1 + max((r for r, _ in place(lengths, hi)), default=-1) < batch:  # a row of one short segment
+        while 1 + max((r for r, _ in place(lengths, pm.size)), default=-1) < batch:  # a row of one short segment
             lengths.append(lo)
-        ins, _ = pack(pm.requests(lengths), hi, pads)
+        ins, _ = pack(pm.requests(lengths), pm.size, pads)
         return ins
 
     module = types.SimpleNamespace(make_inputs=make_inputs)
