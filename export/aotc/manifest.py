@@ -95,8 +95,9 @@ class SeqBuckets:
 @dataclasses.dataclass(frozen=True)
 class SeqPack:
     """`aotc export --seq-pack`: the graph runs rows of `size` tokens, each holding several requests' sequences
-    one after the other (aotc.seq_pack). A request carries `request_inputs` ([b, n], n up to `size`) and gets
-    `request_outputs`; the graph's own inputs are the packed ones, `segment_input` and `position_input`."""
+    one after the other (aotc.seq_pack). A request carries `request_inputs` ([b, n], n within its range: up to
+    `size`, or less where a row is longer than the model's longest sequence) and gets `request_outputs`; the
+    graph's own inputs are the packed ones, `segment_input` and `position_input`."""
     size: int                  # the row length
     dim: str                   # the sequence dim's name
     inputs: dict               # packed input name -> its sequence axis (1)
