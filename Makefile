@@ -25,7 +25,8 @@ NO_DEPS   := torchrec==1.8.0
 # For test-sanitize: clang-14 and libclang-rt-14-dev (libFuzzer), llvm-14 (llvm-symbolizer for the stacks).
 APT_PKGS  += clang-14 libclang-rt-14-dev llvm-14
 
-.PHONY: all deps build demo test test-cpp test-py test-sanitize sanitize-binaries test-asan test-tsan test-fuzz bench clean
+.PHONY: all deps build demo test test-cpp test-py test-sanitize sanitize-binaries test-asan test-tsan test-fuzz \
+        test-fuzz-infer test-fuzz-grpc tsan-then-fuzz-grpc bench clean
 
 all: build
 
@@ -107,8 +108,14 @@ SERVER_HDRS  := $(wildcard runtime_cpp/server/*.h)
 FUZZ_GRPC_SRCS := $(addprefix runtime_cpp/server/,fuzz/fuzz_grpc_infer.cpp grpc_codec.cpp types.cpp)
 PROTOS         := $(wildcard runtime_cpp/server/proto/*.proto)
 
-# sanitize-binaries first: the TSan and fuzz builds are one compiler per source, two at a time
-test-sanitize: sanitize-binaries test-asan test-tsan test-fuzz
+# sanitize-binaries first: the TSan and fuzz builds are one compiler per source, two at a time. After
+# test-asan, the HTTP fuzzer takes one core while TSan's unit tests (which mostly wait on their timers) and
+# then the gRPC fuzzer take the other: a minute less than one after the other.
+test-sanitize: sanitize-binaries test-asan
+	$(MAKE) --no-print-directory -j2 -Otarget test-fuzz-infer tsan-then-fuzz-grpc
+
+tsan-then-fuzz-grpc: test-tsan
+	$(MAKE) --no-print-directory test-fuzz-grpc
 
 sanitize-binaries: | $(VENV)/.apt-stamp
 	$(MAKE) -j2 $(TSAN_DIR)/server_tests $(FUZZ_DIR)/fuzz_infer $(FUZZ_DIR)/fuzz_grpc_infer
@@ -161,12 +168,17 @@ $(call fuzz_objs,$(FUZZ_GRPC_SRCS)): $(FUZZ_DIR)/proto/grpc_service.pb.cc
 $(FUZZ_DIR)/fuzz_grpc_infer: $(call fuzz_objs,$(FUZZ_GRPC_SRCS)) $(FUZZ_PB_OBJS)
 	$(FUZZ_CXX) $^ $$(pkg-config --libs grpc++ protobuf) -o $@
 
-test-fuzz: $(FUZZ_DIR)/fuzz_infer $(FUZZ_DIR)/fuzz_grpc_infer
-	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes $(FUZZ_DIR)/corpus_grpc
+test-fuzz: test-fuzz-infer test-fuzz-grpc
+
+test-fuzz-infer: $(FUZZ_DIR)/fuzz_infer
+	@mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/crashes
 	$< -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=64 -max_len=65536 \
 	  -dict=tests/fuzz_corpus/infer.dict -artifact_prefix=$(FUZZ_DIR)/crashes/ -print_final_stats=1 \
 	  $(FUZZ_DIR)/corpus tests/fuzz_corpus/infer
-	$(FUZZ_DIR)/fuzz_grpc_infer -max_total_time=$(FUZZ_GRPC_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+
+test-fuzz-grpc: $(FUZZ_DIR)/fuzz_grpc_infer
+	@mkdir -p $(FUZZ_DIR)/crashes $(FUZZ_DIR)/corpus_grpc
+	$< -max_total_time=$(FUZZ_GRPC_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	  -malloc_limit_mb=64 -max_len=65536 -artifact_prefix=$(FUZZ_DIR)/crashes/ -print_final_stats=1 \
 	  $(FUZZ_DIR)/corpus_grpc tests/fuzz_corpus/grpc_infer
 
