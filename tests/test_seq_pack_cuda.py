@@ -7,10 +7,6 @@ device."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,20 +15,17 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (run on the GPU machine: bash bench/gpu.sh)", allow_module_level=True)
 
-from conftest import eager_reference  # noqa: E402
+from conftest import eager_reference, run_aotc  # noqa: E402
 from launch import Server, make_repository  # noqa: E402
 from test_seq_buckets import _body, _inputs  # noqa: E402
 from test_server_batching import run_clients  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory):
     out = tmp_path_factory.mktemp("pack") / "hf_bert_pack.pt2"
-    cmd = [sys.executable, "-m", "aotc.cli", "export", "models/hf_bert.py", "--device", "cuda", "-o", str(out),
-           "--no-cache", "--seq-pack", "input_ids:1,attention_mask:1=128", "--static-batches", "none"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    r = run_aotc("export", "models/hf_bert.py", "--device", "cuda", "-o", out, "--no-cache", "--seq-pack",
+                 "input_ids:1,attention_mask:1=128", "--static-batches", "none", timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "result    PASS" in r.stdout, r.stdout[-3000:]
     return out
