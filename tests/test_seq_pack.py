@@ -179,6 +179,17 @@ def test_a_pack_model_that_mixes_segments_is_refused(tmp_path):
     assert "keep segments apart" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_sequence_dim_without_a_maximum_is_one_line(tmp_path):
+    # rows may be longer than any request, so the request's own bound must come from the dim
+    f = tmp_path / "unbounded.py"
+    f.write_text((REPO / "models" / "hf_bert.py").read_text().replace(
+        'Dim("seq", min=MIN_SEQ, max=MAX_SEQ)', 'Dim("seq", min=MIN_SEQ)'))
+    r = run_aotc("export", str(f), "--seq-pack", FLAG, "--no-cache", "-o", "/tmp/never.pt2", "--quick")
+    assert r.returncode != 0 and "dim 'seq' has no maximum; packing needs the longest a request may be" in r.stderr, \
+        r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
 def test_a_model_file_without_pack_model_or_with_both_flags_is_one_line(tmp_path):
     r = run_aotc("export", "models/bert.py", "--seq-pack", "ids:1=128", "--no-cache", "-o", "/tmp/never.pt2")
     assert r.returncode != 0 and "has no function pack_model(model); --seq-pack needs one" in r.stderr, r.stderr
