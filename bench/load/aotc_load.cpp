@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
   // Answers run to hundreds of KiB, and gRPC's client takes each into fresh memory (the HTTP connections reuse
   // their buffers). glibc would hand a freed answer back to the kernel each time (trimming a thread arena's
   // top past 128 KiB, or unmapping a block over the mmap threshold), so that every answer paid its pages'
-  // faults again: about 30 us of a 192 KiB answer's latency here. Kept in the process instead.
+  // faults again: 20-30 us of a 192 KiB answer's p50 here (docs/runtime.md). Kept in the process instead.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   for (int i = 1; i < argc; ++i) {
