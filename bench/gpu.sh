@@ -6,7 +6,7 @@
 # CPU development machine (it has no CUDA).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench pa tune"
+ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench pa threads tune"
 
 usage() {
   cat <<'EOF'
@@ -48,6 +48,9 @@ The others run in the order given:
             answer of BERT's size without its compute), and each over both transports with aotc-load too (a
             client that takes the answer as bytes), against the call in the process (aotc-run)
                                                                                   pa_b8.md, pa_b1.md, pa.log
+  threads   bench/thread_cpu.py: BERT and the answer model at batch 1, concurrency 1, over HTTP and gRPC with
+            aotc-load, with and without --busy-poll-us 200: the server's CPU and context switches per
+            request, thread by thread, the client's, and the call in the process              threads.md
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -501,6 +504,9 @@ pa() {
 for s in $STAGES; do
   case $s in
     pa) wait_eb; stage pa "$OUT/pa.log" pa ;;
+    threads) wait_eb; stage threads "$OUT/threads.log" "$PY" bench/thread_cpu.py --package \
+               bert_base="$PKGS/bert_base.pt2" --package answer="$PKGS/answer.pt2" --seconds 3 --rounds 3 \
+               --server-flags= --server-flags="--busy-poll-us 200" --in-process --out "$OUT/threads.md" ;;
     tune) wait_eb; stage tune "$OUT/tune.log" "$PY" bench/tune_targets.py --model models/bert.py:bert_base \
             --device cuda --dtype fp16 --concurrency 32 --budget-min "$TUNE_MIN" \
             --variants default,no-static-batches --out "$OUT/tune.md" ;;

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from launch import Server, flag_value, make_repository, server_binary
+from perf_analyzer import server_cpu_s
 from test_protocol import close, simple_inputs
 from test_protocol import mlp_sample  # noqa: F401 (fixture: 4 rows of the MLP's sample, eager outputs)
 from test_protocol_grpc import (T, assert_good_grpc, decode, failure, grpc, grpc_request, grpcclient, normal,
@@ -396,6 +397,39 @@ def test_keepalive_flags_are_accepted(simple_repo):
              "--grpc-http2-min-recv-ping-interval-without-data", "1000", "--grpc-http2-max-ping-strikes", "3"]
     with Server("cpp", simple_repo, *flags) as s, grpc.insecure_channel(s.grpc_url) as channel:
         assert_good_grpc(service_pb2_grpc.GRPCInferenceServiceStub(channel))
+
+
+def test_busy_poll_spins_between_calls_and_sleeps_when_idle(simple_repo):
+    """--busy-poll-us holds the gRPC poller awake between calls, then lets it sleep: calls 3 ms apart keep a
+    core busy for most of the gaps (the poller looks for the next event without sleeping), answers and a
+    stream stay right, and once the calls stop the server's CPU falls to nothing (no endless spin)."""
+    a, b = simple_inputs(1, seed=5)
+    request = grpc_request("simple", simple_specs(a, b))
+    with Server("cpp", simple_repo, "--busy-poll-us", "20000") as s, grpc.insecure_channel(s.grpc_url) as ch:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        assert_good_grpc(stub)
+        cpu0, t0 = server_cpu_s(s), time.monotonic()
+        for _ in range(100):
+            out = decode(stub.ModelInfer(request, timeout=T))
+            assert (out["OUTPUT0"] == a + b).all() and (out["OUTPUT1"] == a - b).all()
+            time.sleep(0.003)
+        busy, wall = server_cpu_s(s) - cpu0, time.monotonic() - t0
+        assert busy > 0.5 * 0.3, (busy, wall)  # the 100 gaps of 3 ms, mostly spent spinning
+        answers = list(stub.ModelStreamInfer(iter([request] * 5), timeout=T))
+        assert len(answers) == 5 and all(not r.error_message for r in answers), answers
+        time.sleep(0.1)  # past the last spin
+        cpu0 = server_cpu_s(s)
+        time.sleep(1.0)
+        assert server_cpu_s(s) - cpu0 < 0.2
+        assert s.stop() == 0
+    with Server("cpp", simple_repo) as s, grpc.insecure_channel(s.grpc_url) as ch:  # without it: no spin
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        assert_good_grpc(stub)
+        cpu0 = server_cpu_s(s)
+        for _ in range(100):
+            stub.ModelInfer(request, timeout=T)
+            time.sleep(0.003)
+        assert server_cpu_s(s) - cpu0 < 0.5 * 0.3
 
 
 @pytest.mark.parametrize("flag, value", [

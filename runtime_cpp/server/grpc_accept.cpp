@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "thread_name.h"
+
 namespace aotc::server {
 
 namespace {
@@ -258,7 +260,10 @@ GrpcAcceptor::GrpcAcceptor(int listen_fd, Limits limits, HandOver hand_over)
 GrpcAcceptor::~GrpcAcceptor() { stop(); }
 
 void GrpcAcceptor::start() {
-  impl_->thread = std::thread([s = impl_.get()] { s->run(); });
+  impl_->thread = std::thread([s = impl_.get()] {
+    name_this_thread("aotc-grpc-accpt");
+    s->run();
+  });
 }
 
 void GrpcAcceptor::stop() {

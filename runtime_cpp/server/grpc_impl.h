@@ -20,6 +20,7 @@
 #include "grpc_server.h"
 #include "grpc_service.grpc.pb.h"
 #include "service.h"
+#include "thread_name.h"
 
 namespace aotc::server {
 
@@ -48,6 +49,7 @@ class GrpcTimers {
 
  private:
   void run() {
+    name_this_thread("aotc-grpc-timer");
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       if (due_.empty()) {
@@ -133,7 +135,8 @@ struct GrpcServer::Impl final : ServiceBase {
   // wait (until `deadline`) for every call to be done, then drain the queues. False when the deadline passed.
   void start_pollers();
   bool stop_pollers(std::chrono::system_clock::time_point deadline);
-  static void poll(grpc::ServerCompletionQueue* q);  // one poller's loop, until the queue is shut down
+  // One poller's loop, until the queue is shut down; busy_poll_us: --busy-poll-us.
+  static void poll(grpc::ServerCompletionQueue* q, int busy_poll_us);
   // grpc_unary.cpp: post one accept of each unary RPC but ModelInfer on `cq`.
   void accept_unary(grpc::ServerCompletionQueue* cq);
 

@@ -263,6 +263,27 @@ class InferStream {
   bool reads_done_ = false, writing_ = false, paused_ = false, finished_ = false;
 };
 
+// The queue's next event, or false once it is shut down and drained. --busy-poll-us: first looks for one
+// without sleeping (gRPC polls the connections at each look) for up to `busy_poll_us`, so that the poller is
+// awake, and gRPC's code still in its caches, when a client that answers at once sends its next request.
+bool next_event(grpc::ServerCompletionQueue* q, int busy_poll_us, void** tag, bool* ok) {
+  if (busy_poll_us > 0) {
+    const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+    const auto until = Clock::now() + std::chrono::microseconds(busy_poll_us);
+    do {
+      switch (q->AsyncNext(tag, ok, now)) {
+        case grpc::CompletionQueue::GOT_EVENT:
+          return true;
+        case grpc::CompletionQueue::SHUTDOWN:
+          return false;
+        case grpc::CompletionQueue::TIMEOUT:
+          break;
+      }
+    } while (Clock::now() < until);
+  }
+  return q->Next(tag, ok);
+}
+
 }  // namespace
 
 // A poller's loop. The first arrival (a request that would start a model call) is held back while the queue
@@ -270,14 +291,14 @@ class InferStream {
 // run inline. The held one is then submitted, inline if its model is still idle. A lone request (concurrency
 // 1) so runs on the poller with no hand-off, while a burst that came in together, which a poller running them
 // inline one at a time would serve one by one, is queued and batched by the runners.
-void GrpcServer::Impl::poll(grpc::ServerCompletionQueue* q) {
+void GrpcServer::Impl::poll(grpc::ServerCompletionQueue* q, int busy_poll_us) {
   void* tag = nullptr;
   bool ok = false;
   CqTag* held = nullptr;
   const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
   for (;;) {
     if (!held) {
-      if (!q->Next(&tag, &ok)) return;
+      if (!next_event(q, busy_poll_us, &tag, &ok)) return;
     } else if (auto got = q->AsyncNext(&tag, &ok, now); got != grpc::CompletionQueue::GOT_EVENT) {
       t_may_run_inline = true;
       std::exchange(held, nullptr)->proceed(true);
@@ -299,7 +320,10 @@ void GrpcServer::Impl::start_pollers() {
     for (int i = 0; i < 2; ++i) new InferCall(*this, cq.get());  // two ModelInfer accepts posted per queue
     new InferStream(*this, cq.get());
     accept_unary(cq.get());
-    pollers.emplace_back([q = cq.get()] { poll(q); });
+    pollers.emplace_back([q = cq.get(), busy = options.busy_poll_us] {
+      name_this_thread("aotc-grpc-poll");
+      poll(q, busy);
+    });
   }
 }
 

@@ -38,8 +38,14 @@ class UnaryCall final : public CqTag {
     if (!accepted_ && ok) {
       accepted_ = true;
       new UnaryCall(s_, rpc_, cq_);  // the next call's accept
-      if (rpc_.own_thread) std::thread([this] { answer(); }).detach();
-      else answer();
+      if (rpc_.own_thread) {
+        std::thread([this] {
+          name_this_thread("aotc-grpc-load");
+          answer();
+        }).detach();
+      } else {
+        answer();
+      }
       return;
     }
     delete this;  // Finish done, or the accept cancelled by shutdown

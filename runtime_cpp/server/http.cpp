@@ -27,6 +27,7 @@
 
 #include "http_connection.h"
 #include "listener.h"
+#include "thread_name.h"
 
 namespace aotc::server {
 
@@ -91,6 +92,7 @@ void HttpServer::Impl::grow() {
 void HttpServer::Impl::add_thread() {
   ++started;
   threads.emplace_back([this] {
+    name_this_thread("aotc-http");
     for (;;) {
       try {
         io.run();

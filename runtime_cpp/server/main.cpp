@@ -26,6 +26,7 @@
 #include "options.h"
 #include "repository.h"
 #include "server_state.h"
+#include "thread_name.h"
 
 using namespace aotc::server;
 
@@ -142,13 +143,18 @@ int main(int argc, char** argv) {
   bool stopping = false;
   bool answered_all = true;
   bool grpc_answered_all = true;
-  std::thread server([&] { answered_all = http.serve(); });
+  std::thread server([&] {
+    name_this_thread("aotc-http-serve");
+    answered_all = http.serve();
+  });
   std::thread grpc_server([&] {
+    name_this_thread("aotc-grpc");
 #ifdef AOTC_WITH_GRPC
     if (grpc) grpc_answered_all = grpc->serve();
 #endif
   });
   std::thread waiter([&] {
+    name_this_thread("aotc-signals");
     int sig = 0;
     sigwait(&signals, &sig);
     log_line(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +

@@ -67,7 +67,8 @@ const char* usage() {
          "                           (Triton's system shared memory extension; same-host clients only)\n"
          "  --busy-poll-us N         after each answer, spin up to N us for the connection's next request before\n"
          "                           sleeping (default 0: sleep at once); spends a core per busy connection to\n"
-         "                           keep it awake for clients that send their next request within N us\n";
+         "                           keep it awake for clients that send their next request within N us; each\n"
+         "                           gRPC poller likewise looks for its next event for N us before it sleeps\n";
 }
 
 namespace {

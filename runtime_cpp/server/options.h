@@ -47,7 +47,8 @@ struct ServerOptions {
   int grpc_max_connection_idle_ms = 300000; // a connection with no call this long is closed (GOAWAY); 0 never
   int grpc_max_connection_age_ms = 0;       // > 0: GOAWAY at this age, closed body_timeout_s later; 0 never
   int busy_poll_us = 0;                     // > 0: after an answer, its thread reads for the next request this
-                                            // long before it sleeps (latency at low load for CPU time)
+                                            // long before it sleeps, and a gRPC poller looks for its next event
+                                            // (latency at low load for CPU time)
 };
 
 // Parses argv (`--flag value` or `--flag=value`). Throws std::invalid_argument with one line naming the

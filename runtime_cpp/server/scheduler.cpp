@@ -10,6 +10,7 @@
 
 #include "batch.h"
 #include "scheduler_job.h"
+#include "thread_name.h"
 
 namespace aotc::server {
 
@@ -169,6 +170,7 @@ ModelStats Scheduler::stats() const {
 }
 
 void Scheduler::runner_loop(size_t instance) {
+  name_this_thread("aotc-runner");
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     // An instance lent to a request running inline (infer) is not this runner's until it comes back.

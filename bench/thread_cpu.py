@@ -1,0 +1,195 @@
+"""What a request costs each side, thread by thread: aotc-server serves every --package, aotc-load loads each at
+concurrency 1 over HTTP and over gRPC, and the tables give, per request, the p50, the CPU time (user + system,
+from /proc/PID/task/TID/stat) and the context switches (voluntary + involuntary, from .../status) of each of
+the server's threads, grouped by thread name, and aotc-load's own CPU and switches (its rusage). What it is
+for: telling which end, and which thread, a transport's extra latency lies on (docs/performance.md, What a
+gRPC call costs each side, and busy polling).
+
+    .venv/bin/python bench/thread_cpu.py --package NAME=PKG|MODEL [--package ...] [--batch 1] [--seconds 3]
+        [--rounds 2] [--server-flags "..." [--server-flags "..."]] [--in-process] [--out FILE]
+
+Each --server-flags is a server of its own; in every round each is started in turn, loaded over both
+transports and stopped, so that drift of the machine hits all alike (medians over the rounds). The server's
+threads are read just before and just after each load (aotc-load's 1 s warm-up runs before the first read).
+A thread started by another carries its name: OpenMP's workers (a team per thread that calls the model) are
+counted with the thread that started them. --in-process adds the package's `aotc-run --bench` p50 at the same
+batch (one-input packages), the floor the transports add to. Not a test: it asserts nothing, and `make test`
+does not run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import resource
+import shlex
+import statistics
+import subprocess
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import loadgen
+from launch import Server, find_binary, make_repository
+from perf_analyzer import inference_count, lean_inputs
+from serve import package
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def threads(pid: int) -> dict[int, tuple[str, float, int]]:
+    """{tid: (name, CPU seconds, context switches)} of every live thread of `pid`."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended between the listing and the read
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        switches = sum(int(m) for m in re.findall(r"^(?:non)?voluntary_ctxt_switches:\s+(\d+)", status, re.M))
+        out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / TICK, switches)
+    return out
+
+
+def by_name(before: dict, after: dict, n: int) -> dict[str, tuple[float, float]]:
+    """{thread name: (CPU us per request, switches per request)} over the threads alive at the end."""
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for tid, (name, cpu, sw) in after.items():
+        _, cpu0, sw0 = before.get(tid, (name, 0.0, 0))
+        sums[name][0] += (cpu - cpu0) * 1e6 / n
+        sums[name][1] += (sw - sw0) / n
+    return {k: (v[0], v[1]) for k, v in sums.items()}
+
+
+def load_once(srv: Server, transport: str, model: str, body: Path, seconds: float) -> dict:
+    """One aotc-load run at concurrency 1 with the server's threads read around its measured part."""
+    if transport == "http":
+        url = f"http://127.0.0.1:{srv.port}/v2/models/{model}/infer"
+        flags = ["--header", "Content-Type: application/octet-stream"]
+        for line in body.with_suffix(".headers").read_text().splitlines():
+            flags += ["--header", line]
+    else:
+        url = f"grpc://127.0.0.1:{srv.grpc_port}/inference.GRPCInferenceService/ModelInfer"
+        flags = []
+    argv = [str(find_binary("aotc-load", "AOTC_LOAD_BIN")), "--url", url, "--body", str(body), "--connections", "1",
+            "--duration", f"{seconds:g}", "--warmup", "1", *flags]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # aotc-load's warm-up
+    before, n0 = threads(srv.proc.pid), inference_count(srv, model)
+    out, err = proc.communicate(timeout=seconds + 60)
+    after, n1 = threads(srv.proc.pid), inference_count(srv, model)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    line = [ln for ln in out.splitlines() if ln.startswith("AOTC_LOAD ")]
+    if proc.returncode != 0 or not line:
+        raise RuntimeError(f"{shlex.join(argv)} exited {proc.returncode}: {(err or out)[-400:]}")
+    s = json.loads(line[-1].split(" ", 1)[1])
+    n = max(n1 - n0, 1)
+    # aotc-load's whole run, warm-up included, over its requests (warm-up ones counted by the server too)
+    client_s = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
+    client_switches = (ru1.ru_nvcsw + ru1.ru_nivcsw) - (ru0.ru_nvcsw + ru0.ru_nivcsw)
+    made = max(s["requests"] * (seconds + 1) / seconds, 1)
+    return {"p50_us": s["p50_us"], "req_per_s": s["req_per_s"], "threads": by_name(before, after, n),
+            "client_us": client_s * 1e6 / made, "client_switches": client_switches / made}
+
+
+def bodies_for(pkgs: dict[str, Path], batch: int, tmp: Path) -> dict[tuple[str, str], Path]:
+    """{(model, transport): the request aotc-load sends}: the package's stored example at `batch` rows, zeros."""
+    bodies = {}
+    for name, pkg in pkgs.items():
+        x = lean_inputs(pkg, batch, "zero")
+        body, headers = loadgen.infer_body(x, None, None, None)
+        bodies[name, "http"] = tmp / f"{name}.bin"
+        bodies[name, "http"].write_bytes(body)
+        bodies[name, "http"].with_suffix(".headers").write_text("".join(f"{k}: {v}\n" for k, v in headers.items()))
+        bodies[name, "grpc"] = tmp / f"{name}.pb"
+        bodies[name, "grpc"].write_bytes(loadgen.infer_message(name, x, None))
+    return bodies
+
+
+def in_process_us(pkgs: dict[str, Path], batch: int, tmp: Path) -> dict[str, float]:
+    """{model: aotc-run's p50 us at `batch`} for the one-input packages."""
+    out = {}
+    for name, pkg in pkgs.items():
+        x, *rest = lean_inputs(pkg, batch, "zero").values()
+        if not rest:
+            out[name] = loadgen.aotc_run_p50_us(pkg, x, tmp, 2000, 100)
+    return out
+
+
+def report(name: str, runs: dict, configs: list[str], inproc: float | None) -> list[str]:
+    """One model's section: a row per configuration and transport, then each configuration's threads."""
+    def med(rs: list[dict], key: str) -> float:
+        return statistics.median(r[key] for r in rs)
+
+    over = "" if inproc is None else f" (in the process, aotc-run: {inproc:.0f} us)"
+    lines = [f"## {name}", "", f"p50 and CPU per request{over}:", "",
+             "| server flags | transport | p50 us | over in-process | server CPU us | client CPU us | client switches |",
+             "|---|---|---|---|---|---|---|"]
+    for c in configs:
+        for t in ("http", "grpc"):
+            rs = runs[name, c, t]
+            server = statistics.median(sum(v[0] for v in r["threads"].values()) for r in rs)
+            gap = "" if inproc is None else f"+{med(rs, 'p50_us') - inproc:.0f} us"
+            lines.append(f"| {c or '(none)'} | {t} | {med(rs, 'p50_us'):.0f} | {gap} | {server:.1f} | "
+                         f"{med(rs, 'client_us'):.1f} | {med(rs, 'client_switches'):.2f} |")
+    for c in configs:
+        names = sorted({k for t in ("http", "grpc") for r in runs[name, c, t] for k in r["threads"]})
+        rows = []
+        for k in names:
+            cells = [(statistics.median(r["threads"].get(k, (0.0, 0.0))[0] for r in runs[name, c, t]),
+                      statistics.median(r["threads"].get(k, (0.0, 0.0))[1] for r in runs[name, c, t]))
+                     for t in ("http", "grpc")]
+            if max(x[0] for x in cells) >= 0.5 or max(x[1] for x in cells) >= 0.05:
+                rows.append(f"| {k} | {cells[0][0]:.1f} | {cells[0][1]:.2f} | {cells[1][0]:.1f} | {cells[1][1]:.2f} |")
+        lines += ["", f"Server threads, flags {c or '(none)'}:", "",
+                  "| thread | HTTP CPU us/req | HTTP switches/req | gRPC CPU us/req | gRPC switches/req |",
+                  "|---|---|---|---|---|", *rows]
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--package", action="append", required=True, metavar="NAME=PKG or MODEL")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--server-flags", action="append", metavar="FLAGS",
+                    help="aotc-server's flags; several: one server each, taking turns in every round")
+    ap.add_argument("--in-process", action="store_true")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    configs = a.server_flags or [""]
+    # NAME=PKG, or a model of models/ by name (bench/serve.py exports it once)
+    pkgs = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) if "=" in p else package(p) for p in a.package}
+    lines = [f"# What a request costs each side, concurrency 1, batch {a.batch}",
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+             f"{os.cpu_count()} cores; medians of {a.rounds} rounds of {a.seconds:g} s", ""]
+    with tempfile.TemporaryDirectory(prefix="thread-cpu-") as tmp:
+        repo = make_repository(Path(tmp) / "repo", pkgs)
+        bodies = bodies_for(pkgs, a.batch, Path(tmp))
+        inproc = in_process_us(pkgs, a.batch, Path(tmp)) if a.in_process else {}
+        runs: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+        for _ in range(a.rounds):
+            for c in configs:
+                with Server("cpp", repo, *shlex.split(c)) as srv:
+                    for name in pkgs:
+                        for t in ("http", "grpc"):
+                            runs[name, c, t].append(load_once(srv, t, name, bodies[name, t], a.seconds))
+        for name in pkgs:
+            lines += report(name, runs, configs, inproc.get(name))
+    text = "\n".join(lines)
+    print(text)
+    if a.out:
+        a.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
