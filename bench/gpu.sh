@@ -49,8 +49,9 @@ The others run in the order given:
             client that takes the answer as bytes), against the call in the process (aotc-run)
                                                                                   pa_b8.md, pa_b1.md, pa.log
   threads   bench/thread_cpu.py: BERT and the answer model at batch 1, concurrency 1, over HTTP and gRPC with
-            aotc-load, with and without --busy-poll-us 200: the server's CPU and context switches per
-            request, thread by thread, the client's, and the call in the process              threads.md
+            aotc-load, the server with and without --busy-poll-us 200, aotc-load with and without
+            --busy-poll: the server's CPU and context switches per request, thread by thread, the
+            client's, and the call in the process                                             threads.md
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -505,8 +506,9 @@ for s in $STAGES; do
   case $s in
     pa) wait_eb; stage pa "$OUT/pa.log" pa ;;
     threads) wait_eb; stage threads "$OUT/threads.log" "$PY" bench/thread_cpu.py --package \
-               bert_base="$PKGS/bert_base.pt2" --package answer="$PKGS/answer.pt2" --seconds 3 --rounds 3 \
-               --server-flags= --server-flags="--busy-poll-us 200" --in-process --out "$OUT/threads.md" ;;
+               bert_base="$PKGS/bert_base.pt2" --package answer="$PKGS/answer.pt2" --seconds 2 --rounds 3 \
+               --server-flags= --server-flags="--busy-poll-us 200" --load-flags= --load-flags=--busy-poll \
+               --in-process --out "$OUT/threads.md" ;;
     tune) wait_eb; stage tune "$OUT/tune.log" "$PY" bench/tune_targets.py --model models/bert.py:bert_base \
             --device cuda --dtype fp16 --concurrency 32 --budget-min "$TUNE_MIN" \
             --variants default,no-static-batches --out "$OUT/tune.md" ;;

@@ -6,10 +6,11 @@ for: telling which end, and which thread, a transport's extra latency lies on (d
 gRPC call costs each side, and busy polling).
 
     .venv/bin/python bench/thread_cpu.py --package NAME=PKG|MODEL [--package ...] [--batch 1] [--seconds 3]
-        [--rounds 2] [--server-flags "..." [--server-flags "..."]] [--in-process] [--out FILE]
+        [--rounds 2] [--server-flags "..." ...] [--load-flags "..." ...] [--in-process] [--out FILE]
 
 Each --server-flags is a server of its own; in every round each is started in turn, loaded over both
-transports and stopped, so that drift of the machine hits all alike (medians over the rounds). The server's
+transports with each --load-flags (aotc-load's own, e.g. --busy-poll) and stopped, so that drift of the machine
+hits all alike (medians over the rounds). The server's
 threads are read just before and just after each load (aotc-load's 1 s warm-up runs before the first read).
 A thread started by another carries its name: OpenMP's workers (a team per thread that calls the model) are
 counted with the thread that started them. --in-process adds the package's `aotc-run --bench` p50 at the same
@@ -68,7 +69,7 @@ def by_name(before: dict, after: dict, n: int) -> dict[str, tuple[float, float]]
     return {k: (v[0], v[1]) for k, v in sums.items()}
 
 
-def load_once(srv: Server, transport: str, model: str, body: Path, seconds: float) -> dict:
+def load_once(srv: Server, transport: str, model: str, body: Path, seconds: float, load_flags: str) -> dict:
     """One aotc-load run at concurrency 1 with the server's threads read around its measured part."""
     if transport == "http":
         url = f"http://127.0.0.1:{srv.port}/v2/models/{model}/infer"
@@ -79,7 +80,7 @@ def load_once(srv: Server, transport: str, model: str, body: Path, seconds: floa
         url = f"grpc://127.0.0.1:{srv.grpc_port}/inference.GRPCInferenceService/ModelInfer"
         flags = []
     argv = [str(find_binary("aotc-load", "AOTC_LOAD_BIN")), "--url", url, "--body", str(body), "--connections", "1",
-            "--duration", f"{seconds:g}", "--warmup", "1", *flags]
+            "--duration", f"{seconds:g}", "--warmup", "1", *flags, *shlex.split(load_flags)]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)  # aotc-load's warm-up
@@ -124,22 +125,22 @@ def in_process_us(pkgs: dict[str, Path], batch: int, tmp: Path) -> dict[str, flo
     return out
 
 
-def report(name: str, runs: dict, configs: list[str], inproc: float | None) -> list[str]:
+def report(name: str, runs: dict, configs: list[tuple[str, str]], inproc: float | None) -> list[str]:
     """One model's section: a row per configuration and transport, then each configuration's threads."""
     def med(rs: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rs)
 
     over = "" if inproc is None else f" (in the process, aotc-run: {inproc:.0f} us)"
     lines = [f"## {name}", "", f"p50 and CPU per request{over}:", "",
-             "| server flags | transport | p50 us | over in-process | server CPU us | client CPU us | client switches |",
-             "|---|---|---|---|---|---|---|"]
+             "| server flags | aotc-load flags | transport | p50 us | over in-process | server CPU us | client CPU us "
+             "| client switches |", "|---|---|---|---|---|---|---|---|"]
     for c in configs:
         for t in ("http", "grpc"):
             rs = runs[name, c, t]
             server = statistics.median(sum(v[0] for v in r["threads"].values()) for r in rs)
-            gap = "" if inproc is None else f"+{med(rs, 'p50_us') - inproc:.0f} us"
-            lines.append(f"| {c or '(none)'} | {t} | {med(rs, 'p50_us'):.0f} | {gap} | {server:.1f} | "
-                         f"{med(rs, 'client_us'):.1f} | {med(rs, 'client_switches'):.2f} |")
+            gap = "" if inproc is None else f"{med(rs, 'p50_us') - inproc:+.0f} us"
+            lines.append(f"| {c[0] or '(none)'} | {c[1] or '(none)'} | {t} | {med(rs, 'p50_us'):.0f} | {gap} | "
+                         f"{server:.1f} | {med(rs, 'client_us'):.1f} | {med(rs, 'client_switches'):.2f} |")
     for c in configs:
         names = sorted({k for t in ("http", "grpc") for r in runs[name, c, t] for k in r["threads"]})
         rows = []
@@ -149,7 +150,7 @@ def report(name: str, runs: dict, configs: list[str], inproc: float | None) -> l
                      for t in ("http", "grpc")]
             if max(x[0] for x in cells) >= 0.5 or max(x[1] for x in cells) >= 0.05:
                 rows.append(f"| {k} | {cells[0][0]:.1f} | {cells[0][1]:.2f} | {cells[1][0]:.1f} | {cells[1][1]:.2f} |")
-        lines += ["", f"Server threads, flags {c or '(none)'}:", "",
+        lines += ["", f"Server threads, server flags {c[0] or '(none)'}, aotc-load flags {c[1] or '(none)'}:", "",
                   "| thread | HTTP CPU us/req | HTTP switches/req | gRPC CPU us/req | gRPC switches/req |",
                   "|---|---|---|---|---|", *rows]
     return lines + [""]
@@ -163,10 +164,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--server-flags", action="append", metavar="FLAGS",
                     help="aotc-server's flags; several: one server each, taking turns in every round")
+    ap.add_argument("--load-flags", action="append", metavar="FLAGS",
+                    help="more aotc-load flags (--busy-poll); several: each in turn against every server")
     ap.add_argument("--in-process", action="store_true")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    configs = a.server_flags or [""]
+    configs = [(sf, lf) for sf in a.server_flags or [""] for lf in a.load_flags or [""]]
     # NAME=PKG, or a model of models/ by name (bench/serve.py exports it once)
     pkgs = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) if "=" in p else package(p) for p in a.package}
     lines = [f"# What a request costs each side, concurrency 1, batch {a.batch}",
@@ -176,13 +179,14 @@ def main() -> None:
         repo = make_repository(Path(tmp) / "repo", pkgs)
         bodies = bodies_for(pkgs, a.batch, Path(tmp))
         inproc = in_process_us(pkgs, a.batch, Path(tmp)) if a.in_process else {}
-        runs: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+        runs: dict[tuple, list[dict]] = defaultdict(list)  # (model, (server flags, load flags), transport)
         for _ in range(a.rounds):
-            for c in configs:
-                with Server("cpp", repo, *shlex.split(c)) as srv:
-                    for name in pkgs:
-                        for t in ("http", "grpc"):
-                            runs[name, c, t].append(load_once(srv, t, name, bodies[name, t], a.seconds))
+            for server_flags in a.server_flags or [""]:
+                with Server("cpp", repo, *shlex.split(server_flags)) as srv:
+                    for c in (c for c in configs if c[0] == server_flags):
+                        for name in pkgs:
+                            for t in ("http", "grpc"):
+                                runs[name, c, t].append(load_once(srv, t, name, bodies[name, t], a.seconds, c[1]))
         for name in pkgs:
             lines += report(name, runs, configs, inproc.get(name))
     text = "\n".join(lines)

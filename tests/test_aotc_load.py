@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import resource
+import socket
 import subprocess
 import threading
 
@@ -284,6 +286,48 @@ def test_grpc_no_server_is_one_line_and_exit_1(tmp_path):
                            "--duration", "0.5", "--timeout", "1")
     assert rc == 1 and r is None
     assert len(err.splitlines()) == 1 and "cannot connect" in err
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_busy_poll_waits_without_sleeping_and_counts_alike(tmp_path, mlp_server, mlp_input, transport):
+    """--busy-poll: every call is still counted by the server and read whole, and the client waits for its
+    answers without sleeping: under a voluntary context switch per three requests (gRPC's own threads still
+    sleep now and then: 0.14 seen), against one per request without the flag (switches, not CPU time, so that
+    a busy machine does not change the verdict)."""
+    if transport == "http":
+        body, header_len = binary_body(mlp_input, "x")
+        url, path = f"{mlp_server.url}/v2/models/mlp/infer", tmp_path / "body.bin"
+    else:
+        body, header_len = loadgen.infer_message("mlp", mlp_input, "x"), None
+        url, path = f"grpc://127.0.0.1:{mlp_server.grpc_port}{GRPC_INFER}", tmp_path / "request.pb"
+    path.write_bytes(body)
+
+    def run(*flags):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw
+        rc, r, err = aotc_load(url, path, "--duration", "1", "--warmup", "0", *flags, header_len=header_len)
+        assert rc == 0 and r["requests"] > 0 and r["errors"] == 0, err
+        return r, (resource.getrusage(resource.RUSAGE_CHILDREN).ru_nvcsw - before) / r["requests"]
+
+    _, st = mlp_server.json("GET", "/v2/models/mlp/stats")
+    served = st["model_stats"][0]["inference_stats"]["success"]["count"]
+    r, sleeps = run("--busy-poll")
+    _, st = mlp_server.json("GET", "/v2/models/mlp/stats")
+    assert st["model_stats"][0]["inference_stats"]["success"]["count"] - served == r["requests"]
+    plain, plain_sleeps = run()
+    assert r["answer_bytes"] == plain["answer_bytes"] > 4 * 512 * 4
+    assert sleeps < 0.3 and plain_sleeps > 0.7, (sleeps, plain_sleeps)
+
+
+def test_busy_poll_still_times_out(tmp_path):
+    """A server that accepts and never answers: with --busy-poll the spinning read gives up at --timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # connections complete in the backlog; nothing is ever read or sent
+        (tmp_path / "body.bin").write_bytes(b"{}")
+        rc, r, err = aotc_load(f"http://127.0.0.1:{listener.getsockname()[1]}/x", tmp_path / "body.bin",
+                               "--busy-poll", "--timeout", "0.5", "--duration", "1", "--warmup", "0")
+    assert rc == 1 and r["requests"] == 0 and r["timeouts"] >= 1, r
+    assert len(err.splitlines()) == 1 and "no answer within --timeout" in err, err
 
 
 def test_grpc_load_drives_aotc_load(mlp_server, mlp_input):

@@ -4,7 +4,7 @@
 // replayed.
 //
 //   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE]... [--header "Name: value"]...
-//             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]
+//             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES] [--busy-poll]
 //   aotc-load --loopback-bytes N ...   (instead of --url: the floor of an N-byte answer, responder.h)
 //
 // Over gRPC (--url grpc://HOST:PORT/METHOD, built with AOTC_LOAD_GRPC) each connection is a channel of its
@@ -162,7 +162,7 @@ int run(Args a) {
   if (a.grpc) {
     std::vector<std::unique_ptr<GrpcLink>> links;
     for (size_t i = 0; i < a.connections; ++i)
-      links.push_back(std::make_unique<GrpcLink>(a.host_header, a.path, a.headers, a.timeout_s));
+      links.push_back(std::make_unique<GrpcLink>(a.host_header, a.path, a.headers, a.timeout_s, a.busy_poll));
     if (!drive(a, links, plan, stats)) return 1;
   }
 #else
@@ -183,7 +183,7 @@ int run(Args a) {
     std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addrs_owner(addrs, freeaddrinfo);
     std::vector<std::unique_ptr<Connection>> conns;
     for (size_t i = 0; i < a.connections; ++i)
-      conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s, a.socket_buffer));
+      conns.push_back(std::make_unique<Connection>(addrs, a.timeout_s, a.socket_buffer, a.busy_poll));
     if (!drive(a, conns, plan, stats)) return 1;
   }
 

@@ -12,7 +12,7 @@ namespace aotc_load {
 
 const char* const kUsage =
     "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE]... [--header 'Name: value']... [--connections C]\n"
-    "                 [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES]\n"
+    "                 [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES] [--busy-poll]\n"
     "       aotc-load --url grpc://HOST:PORT/package.Service/Method --body FILE... [the same flags]\n"
     "       aotc-load --loopback-bytes N [the same flags but --url]\n"
     "  POSTs FILE (without --body: GETs PATH) on C keep-alive connections (default 1), each waiting for its\n"
@@ -26,7 +26,10 @@ const char* const kUsage =
     "  --loopback-bytes N: instead of a server at --url, a responder in this process on 127.0.0.1 answers\n"
     "  every request with N bytes (one sendmsg, as aotc-server sends binary outputs): the floor of such an\n"
     "  answer on this host. --socket-buffer BYTES sets SO_SNDBUF and SO_RCVBUF of aotc-load's sockets (and\n"
-    "  the responder's) instead of the kernel's autotuning.\n";
+    "  the responder's) instead of the kernel's autotuning.\n"
+    "  --busy-poll: each connection waits for its answer without sleeping (non-blocking reads; over gRPC,\n"
+    "  completion-queue looks that do not wait), as a latency-bound client spins: its core stays awake\n"
+    "  and its code in the caches between the request and the answer, at the cost of a core per connection.\n";
 
 namespace {
 
@@ -124,6 +127,8 @@ Args parse_args(int argc, char** argv) {
       a.timeout_s = parse_seconds(arg, value, false), ++i;
     } else if (arg == "--loopback-bytes") {
       a.loopback_bytes = parse_bytes(arg, need(), 0, 1LL << 30);
+    } else if (arg == "--busy-poll") {
+      a.busy_poll = true;
     } else if (arg == "--socket-buffer") {
       a.socket_buffer = static_cast<int>(parse_bytes(arg, need(), 4096, 1LL << 30));
     } else {

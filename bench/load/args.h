@@ -24,6 +24,7 @@ struct Args {
   double duration_s = 10, warmup_s = 0, timeout_s = 30;
   long long loopback_bytes = -1;  // >= 0: answer from an in-process Responder instead of --url
   int socket_buffer = 0;          // > 0: SO_SNDBUF/SO_RCVBUF of every socket
+  bool busy_poll = false;         // wait for each answer without sleeping
 };
 
 // The flags (argv[1..]); with --loopback-bytes the address is left for the caller to fill in (parse_url).

@@ -1,4 +1,5 @@
-// Connection (connection.h): plain blocking sockets with SO_RCVTIMEO/SO_SNDTIMEO as the timeout.
+// Connection (connection.h): plain blocking sockets with SO_RCVTIMEO/SO_SNDTIMEO as the timeout; with busy
+// polling, non-blocking reads retried until the same timeout.
 #include "connection.h"
 
 #include <netinet/in.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,11 +61,19 @@ int Connection::exchange(const std::string& request) {
 }
 
 size_t Connection::receive(size_t at, size_t max) {
+  std::chrono::steady_clock::time_point give_up{};  // busy polling: when a read that found nothing times out
   for (;;) {
-    ssize_t n = ::recv(fd_, buf_.get() + at, max, 0);
+    ssize_t n = ::recv(fd_, buf_.get() + at, max, busy_poll_ ? MSG_DONTWAIT : 0);
     if (n > 0) return static_cast<size_t>(n);
     if (n == 0) throw Failure{Outcome::ReadError, "the server closed the connection"};
     if (errno == EINTR) continue;
+    if (busy_poll_ && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (give_up == std::chrono::steady_clock::time_point{})
+        give_up = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s_));
+      if (now < give_up) continue;
+    }
     if (errno == EAGAIN || errno == EWOULDBLOCK) throw Failure{Outcome::Timeout, "no answer within --timeout"};
     throw Failure{Outcome::ReadError, std::string("recv: ") + std::strerror(errno)};
   }

@@ -28,8 +28,10 @@ struct Failure {
 class Connection {
  public:
   // The buffer is not zeroed: pages that no answer reaches are never touched.
-  Connection(const addrinfo* addrs, double timeout_s, int socket_buffer)
-      : addrs_(addrs), timeout_s_(timeout_s), socket_buffer_(socket_buffer), buf_(new char[kBufferBytes]) {}
+  // busy_poll: reads do not sleep (MSG_DONTWAIT, retried until data or the timeout).
+  Connection(const addrinfo* addrs, double timeout_s, int socket_buffer, bool busy_poll = false)
+      : addrs_(addrs), timeout_s_(timeout_s), socket_buffer_(socket_buffer), busy_poll_(busy_poll),
+        buf_(new char[kBufferBytes]) {}
   ~Connection() { close(); }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -63,6 +65,7 @@ class Connection {
   const addrinfo* addrs_;
   double timeout_s_;
   int socket_buffer_;
+  bool busy_poll_;
   std::unique_ptr<char[]> buf_;
   size_t len_ = 0, pos_ = 0;  // buf_[pos_, len_) is received and not yet consumed
   size_t body_bytes_ = 0;

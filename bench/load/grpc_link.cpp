@@ -14,6 +14,7 @@ struct GrpcLink::Impl {
   std::string target, method;
   std::vector<std::pair<std::string, std::string>> metadata;
   double timeout_s;
+  bool busy_poll;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<grpc::GenericStub> stub;
   grpc::CompletionQueue cq;
@@ -27,11 +28,12 @@ struct GrpcLink::Impl {
 };
 
 GrpcLink::GrpcLink(std::string target, std::string method, const std::vector<std::string>& metadata,
-                   double timeout_s)
+                   double timeout_s, bool busy_poll)
     : impl_(std::make_unique<Impl>()) {
   impl_->target = std::move(target);
   impl_->method = std::move(method);
   impl_->timeout_s = timeout_s;
+  impl_->busy_poll = busy_poll;
   for (const auto& line : metadata) {  // "Name: value", checked by parse_args
     size_t colon = line.find(':');
     std::string name = line.substr(0, colon), value = line.substr(colon + 1);
@@ -90,7 +92,17 @@ int GrpcLink::exchange(const std::string& message) {
   call->Finish(&answer, &status, reinterpret_cast<void*>(1));
   void* tag = nullptr;
   bool ok = false;
-  if (!m.cq.Next(&tag, &ok) || !ok) throw Failure{Outcome::ReadError, "gRPC: the call did not complete"};
+  bool got = false;
+  if (m.busy_poll) {  // the call's deadline ends the looking: its Finish then comes with DEADLINE_EXCEEDED
+    const gpr_timespec now = gpr_time_0(GPR_CLOCK_MONOTONIC);
+    grpc::CompletionQueue::NextStatus s;
+    while ((s = m.cq.AsyncNext(&tag, &ok, now)) == grpc::CompletionQueue::TIMEOUT) {
+    }
+    got = s == grpc::CompletionQueue::GOT_EVENT;
+  } else {
+    got = m.cq.Next(&tag, &ok);
+  }
+  if (!got || !ok) throw Failure{Outcome::ReadError, "gRPC: the call did not complete"};
   switch (status.error_code()) {
     case grpc::StatusCode::OK:
       body_bytes_ = answer.Length();

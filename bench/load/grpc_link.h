@@ -17,7 +17,9 @@ namespace aotc_load {
 class GrpcLink {
  public:
   // target: HOST:PORT; method: /package.Service/Method; metadata: "Name: value" lines (names lowercased).
-  GrpcLink(std::string target, std::string method, const std::vector<std::string>& metadata, double timeout_s);
+  // busy_poll: the answer is waited for with completion-queue looks that do not sleep.
+  GrpcLink(std::string target, std::string method, const std::vector<std::string>& metadata, double timeout_s,
+           bool busy_poll = false);
   ~GrpcLink();
   GrpcLink(const GrpcLink&) = delete;
   GrpcLink& operator=(const GrpcLink&) = delete;
