@@ -20,6 +20,7 @@
 // keep-alive connection, responder.cpp the loopback responder.
 #include <malloc.h>
 #include <netdb.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +57,7 @@ struct Stats {
   std::string first_error;
   Clock::time_point last_done{};
   size_t answer_bytes = 0;  // body bytes of the last 2xx answer
+  long sleeps = 0;          // the thread's voluntary context switches while it ran (it blocked)
 };
 
 struct Plan {
@@ -69,6 +71,8 @@ void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
     if (stats->first_error.empty()) stats->first_error = what;
   };
   stats->latency_us.reserve(1 << 14);
+  rusage before{};
+  getrusage(RUSAGE_THREAD, &before);
   for (size_t k = first;; ++k) {
     Clock::time_point t0 = Clock::now();
     if (t0 >= plan.stop_at) break;
@@ -106,6 +110,9 @@ void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
       }
     }
   }
+  rusage after{};
+  getrusage(RUSAGE_THREAD, &after);
+  stats->sleeps = after.ru_nvcsw - before.ru_nvcsw;
 }
 
 double percentile(const std::vector<double>& sorted, double p) {
@@ -196,6 +203,7 @@ int run(Args a) {
     if (all.first_error.empty()) all.first_error = s.first_error;
     all.last_done = std::max(all.last_done, s.last_done);
     all.answer_bytes = std::max(all.answer_bytes, s.answer_bytes);
+    all.sleeps += s.sleeps;
   }
   std::sort(all.latency_us.begin(), all.latency_us.end());
   size_t ok = all.latency_us.size(), status_errors = 0;
@@ -213,11 +221,11 @@ int run(Args a) {
   std::printf("AOTC_LOAD {\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"max_us\": %.1f, "
               "\"requests\": %zu, \"errors\": %zu, \"status\": %s, \"connect_errors\": %zu, \"read_errors\": %zu, "
               "\"write_errors\": %zu, \"timeouts\": %zu, \"connections\": %zu, \"duration_s\": %.6f, "
-              "\"req_per_s\": %.2f, \"answer_bytes\": %zu, \"transport\": \"%s\"}\n",
+              "\"req_per_s\": %.2f, \"answer_bytes\": %zu, \"sleeps\": %ld, \"transport\": \"%s\"}\n",
               percentile(all.latency_us, 50), percentile(all.latency_us, 90), percentile(all.latency_us, 99), mean,
               ok ? all.latency_us.back() : 0.0, ok, errors, status_json.c_str(), all.connect, all.read, all.write,
               all.timeout, a.connections, duration, duration > 0 ? static_cast<double>(ok) / duration : 0.0,
-              all.answer_bytes, a.grpc ? "grpc" : "http");
+              all.answer_bytes, all.sleeps, a.grpc ? "grpc" : "http");
   std::fflush(stdout);
   if (ok == 0) {
     std::fprintf(stderr, "aotc-load: error: no request succeeded in %.1f s (%zu errors; first: %s)\n", duration,
