@@ -136,8 +136,13 @@ $(TSAN_DIR)/server_tests: $(TSAN_SRCS) $(SERVER_HDRS) | $(VENV)/.apt-stamp
 	g++ -std=c++17 -O1 -g -fsanitize=thread -Wall -Wextra -Iruntime_cpp/server $(TSAN_SRCS) -lgtest -lgtest_main \
 	  -pthread -o $@
 
+# Every test 20 times under TSan but the one that measures throughput (auto promotion's trial compares the
+# rows per second of two modes): beside the fuzzer on two cores its rates came within noise of each other in 1
+# of 20-40 repetitions (2026-12-06). It runs in `ctest` with the other server tests, where it measures alone;
+# TSan still covers the scheduler's promotion paths through the other Scheduler tests.
+TSAN_TIMED := Scheduler.AutoPromotionKeepsPromotingWhereItServesMoreRowsPerCall
 test-tsan: $(TSAN_DIR)/server_tests
-	TSAN_OPTIONS=halt_on_error=1 $< --gtest_repeat=20 --gtest_brief=1
+	TSAN_OPTIONS=halt_on_error=1 $< --gtest_repeat=20 --gtest_brief=1 --gtest_filter=-$(TSAN_TIMED)
 
 # Each fuzz source compiles to an object of its own under $(FUZZ_DIR)/obj, so that test-sanitize's `make -j2`
 # builds them side by side (protoc's message code alone is most of a minute).
