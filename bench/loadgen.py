@@ -65,21 +65,22 @@ def infer_body(x, name: str | None, outputs: list[str] | None = None,
 
 
 def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None,
-              shm_outputs: dict[str, tuple[str, int]] | None = None) -> dict:
+              shm_outputs: dict[str, tuple[str, int]] | None = None, load_flags: list[str] = ()) -> dict:
     """Closed-loop load of `concurrency` connections for `seconds` after a 1 s warm-up (x, input_name: as
     infer_body) ->
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
     answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout),
     "answer_bytes" (the body of a 2xx answer)}.
     `outputs`: ask only for these outputs (None: all); `shm_outputs`: as infer_body (every connection writes
-    the same regions, so only concurrency 1 leaves them meaningful)."""
+    the same regions, so only concurrency 1 leaves them meaningful); `load_flags`: more of aotc-load's flags
+    (--busy-poll)."""
     body, headers = infer_body(x, input_name, outputs, shm_outputs)
     with tempfile.TemporaryDirectory(prefix="aotc-load-") as tmp:
         body_path = Path(tmp) / "body.bin"
         body_path.write_bytes(body)
         return _aotc_load(f"http://127.0.0.1:{port}/v2/models/{model}/infer", concurrency, seconds,
                           ["--body", str(body_path), "--header", "Content-Type: application/octet-stream",
-                           *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}"))])
+                           *(a for k, v in headers.items() for a in ("--header", f"{k}: {v}")), *load_flags])
 
 
 def infer_message(model: str, x, name: str | None, outputs: list[str] | None = None) -> bytes:
@@ -102,7 +103,7 @@ def infer_message(model: str, x, name: str | None, outputs: list[str] | None = N
 
 
 def grpc_load(port, model, x, input_name, concurrency, seconds, *, outputs: list[str] | None = None,
-              metadata: dict[str, str] | None = None) -> dict:
+              metadata: dict[str, str] | None = None, load_flags: list[str] = ()) -> dict:
     """http_load over gRPC: `concurrency` channels of aotc-load, each a connection of its own making unary
     ModelInfer calls with infer_message's request (`metadata`: e.g. the API key), the answer taken as bytes.
     The same numbers as http_load; "status" errors count calls that ended with a gRPC status other than OK."""
@@ -111,7 +112,8 @@ def grpc_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
         body_path.write_bytes(infer_message(model, x, input_name, outputs))
         return _aotc_load(f"grpc://127.0.0.1:{port}/inference.GRPCInferenceService/ModelInfer", concurrency,
                           seconds, ["--body", str(body_path),
-                                    *(a for k, v in (metadata or {}).items() for a in ("--header", f"{k}: {v}"))])
+                                    *(a for k, v in (metadata or {}).items() for a in ("--header", f"{k}: {v}")),
+                                    *load_flags])
 
 
 @contextlib.contextmanager

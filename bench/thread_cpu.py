@@ -22,21 +22,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import re
 import resource
 import shlex
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import loadgen
-from launch import Server, find_binary, make_repository
+from launch import Server, make_repository
 from perf_analyzer import inference_count, lean_inputs
 from serve import package
 
@@ -69,57 +68,33 @@ def by_name(before: dict, after: dict, n: int) -> dict[str, tuple[float, float]]
     return {k: (v[0], v[1]) for k, v in sums.items()}
 
 
-def load_once(srv: Server, transport: str, model: str, body: Path, seconds: float, load_flags: str) -> dict:
-    """One aotc-load run at concurrency 1 with the server's threads read around its measured part."""
-    if transport == "http":
-        url = f"http://127.0.0.1:{srv.port}/v2/models/{model}/infer"
-        flags = ["--header", "Content-Type: application/octet-stream"]
-        for line in body.with_suffix(".headers").read_text().splitlines():
-            flags += ["--header", line]
-    else:
-        url = f"grpc://127.0.0.1:{srv.grpc_port}/inference.GRPCInferenceService/ModelInfer"
-        flags = []
-    argv = [str(find_binary("aotc-load", "AOTC_LOAD_BIN")), "--url", url, "--body", str(body), "--connections", "1",
-            "--duration", f"{seconds:g}", "--warmup", "1", *flags, *shlex.split(load_flags)]
+def load_once(srv: Server, transport: str, model: str, x: dict, seconds: float, load_flags: str) -> dict:
+    """One aotc-load run at concurrency 1 (bench/loadgen.py, 1 s of warm-up) with the server's threads read
+    around its measured part."""
+    load = loadgen.http_load if transport == "http" else loadgen.grpc_load
+    port = srv.port if transport == "http" else srv.grpc_port
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)  # aotc-load's warm-up
-    before, n0 = threads(srv.proc.pid), inference_count(srv, model)
-    out, err = proc.communicate(timeout=seconds + 60)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(load, port, model, x, None, 1, seconds, load_flags=shlex.split(load_flags))
+        time.sleep(1.0)  # aotc-load's warm-up
+        before, n0 = threads(srv.proc.pid), inference_count(srv, model)
+        r = running.result(timeout=seconds + 180)
     after, n1 = threads(srv.proc.pid), inference_count(srv, model)
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    line = [ln for ln in out.splitlines() if ln.startswith("AOTC_LOAD ")]
-    if proc.returncode != 0 or not line:
-        raise RuntimeError(f"{shlex.join(argv)} exited {proc.returncode}: {(err or out)[-400:]}")
-    s = json.loads(line[-1].split(" ", 1)[1])
     n = max(n1 - n0, 1)
     # aotc-load's whole run, warm-up included, over its requests (warm-up ones counted by the server too)
     client_s = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     client_switches = (ru1.ru_nvcsw + ru1.ru_nivcsw) - (ru0.ru_nvcsw + ru0.ru_nivcsw)
-    made = max(s["requests"] * (seconds + 1) / seconds, 1)
-    return {"p50_us": s["p50_us"], "req_per_s": s["req_per_s"], "threads": by_name(before, after, n),
+    made = max(r["requests"] * (seconds + 1) / seconds, 1)
+    return {"p50_us": r["p50_ms"] * 1e3, "req_per_s": r["req_per_s"], "threads": by_name(before, after, n),
             "client_us": client_s * 1e6 / made, "client_switches": client_switches / made}
 
 
-def bodies_for(pkgs: dict[str, Path], batch: int, tmp: Path) -> dict[tuple[str, str], Path]:
-    """{(model, transport): the request aotc-load sends}: the package's stored example at `batch` rows, zeros."""
-    bodies = {}
-    for name, pkg in pkgs.items():
-        x = lean_inputs(pkg, batch, "zero")
-        body, headers = loadgen.infer_body(x, None, None, None)
-        bodies[name, "http"] = tmp / f"{name}.bin"
-        bodies[name, "http"].write_bytes(body)
-        bodies[name, "http"].with_suffix(".headers").write_text("".join(f"{k}: {v}\n" for k, v in headers.items()))
-        bodies[name, "grpc"] = tmp / f"{name}.pb"
-        bodies[name, "grpc"].write_bytes(loadgen.infer_message(name, x, None))
-    return bodies
-
-
-def in_process_us(pkgs: dict[str, Path], batch: int, tmp: Path) -> dict[str, float]:
-    """{model: aotc-run's p50 us at `batch`} for the one-input packages."""
+def in_process_us(pkgs: dict[str, Path], inputs: dict[str, dict], tmp: Path) -> dict[str, float]:
+    """{model: aotc-run's p50 us on its `inputs`} for the one-input packages."""
     out = {}
     for name, pkg in pkgs.items():
-        x, *rest = lean_inputs(pkg, batch, "zero").values()
+        x, *rest = inputs[name].values()
         if not rest:
             out[name] = loadgen.aotc_run_p50_us(pkg, x, tmp, 2000, 100)
     return out
@@ -177,8 +152,8 @@ def main() -> None:
              f"{os.cpu_count()} cores; medians of {a.rounds} rounds of {a.seconds:g} s", ""]
     with tempfile.TemporaryDirectory(prefix="thread-cpu-") as tmp:
         repo = make_repository(Path(tmp) / "repo", pkgs)
-        bodies = bodies_for(pkgs, a.batch, Path(tmp))
-        inproc = in_process_us(pkgs, a.batch, Path(tmp)) if a.in_process else {}
+        inputs = {name: lean_inputs(pkg, a.batch, "zero") for name, pkg in pkgs.items()}
+        inproc = in_process_us(pkgs, inputs, Path(tmp)) if a.in_process else {}
         runs: dict[tuple, list[dict]] = defaultdict(list)  # (model, (server flags, load flags), transport)
         for _ in range(a.rounds):
             for server_flags in a.server_flags or [""]:
@@ -186,7 +161,7 @@ def main() -> None:
                     for c in (c for c in configs if c[0] == server_flags):
                         for name in pkgs:
                             for t in ("http", "grpc"):
-                                runs[name, c, t].append(load_once(srv, t, name, bodies[name, t], a.seconds, c[1]))
+                                runs[name, c, t].append(load_once(srv, t, name, inputs[name], a.seconds, c[1]))
         for name in pkgs:
             lines += report(name, runs, configs, inproc.get(name))
     text = "\n".join(lines)
