@@ -51,7 +51,8 @@ The others run in the order given:
   threads   bench/thread_cpu.py: BERT and the answer model at batch 1, concurrency 1, over HTTP and gRPC with
             aotc-load, the server with and without --busy-poll-us 200, aotc-load with and without
             --busy-poll: the server's CPU and context switches per request, thread by thread, the
-            client's, and the call in the process                                             threads.md
+            client's, the call in the process, and the model call's phases in the server per transport
+            (AOTC_CUDA_TIMING=--cuda-timing)                                                  threads.md
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -72,7 +73,7 @@ Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --probe-configs "C.."    the server's config sets in the probe stage, each a comma-separated list of
                            bench/server_phases.py --configs names ["default runner,default,unbatched"]
   --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
-  --cuda-timing N          AOTC_CUDA_TIMING of the probe stage: phase means every N replayed calls [1000]
+  --cuda-timing N          AOTC_CUDA_TIMING of the probe and threads stages: means every N replayed calls [1000]
   --tune-min M             the tune stage's aotc tune --budget-min [3]
   --seq-args "ARGS"        more bench/seq_buckets.py arguments of the seqbench stage, e.g. "--outputs json";
                            repeatable: one run each (seq_buckets.md, then seq_buckets_2.md, ...)
@@ -454,7 +455,7 @@ probe() {
   make_ids
   local gap configs b
   for b in $PROBE_BATCHES; do
-    for gap in 0 200; do
+    for gap in 0 60 120 "120 --gap-spin" 200; do
       echo "== aotc-run --gap-us $gap, batch $b"
       AOTC_CUDA_TIMING=$CUDA_TIMING aotc-run "$PKGS/bert_base.pt2" /tmp/aotc-ids-b$b.npy --bench 3000 --warmup 300 \
         --gap-us $gap 2>&1 | grep -E '^bench:|cuda timing' | tail -3
@@ -505,7 +506,7 @@ pa() {
 for s in $STAGES; do
   case $s in
     pa) wait_eb; stage pa "$OUT/pa.log" pa ;;
-    threads) wait_eb; stage threads "$OUT/threads.log" "$PY" bench/thread_cpu.py --package \
+    threads) wait_eb; stage threads "$OUT/threads.log" env AOTC_CUDA_TIMING=$CUDA_TIMING "$PY" bench/thread_cpu.py --package \
                bert_base="$PKGS/bert_base.pt2" --package answer="$PKGS/answer.pt2" --seconds 2 --rounds 3 \
                --server-flags= --server-flags="--busy-poll-us 200" --load-flags= --load-flags=--busy-poll \
                --in-process --out "$OUT/threads.md" ;;

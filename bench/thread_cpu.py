@@ -14,8 +14,10 @@ hits all alike (medians over the rounds). The server's
 threads are read just before and just after each load (aotc-load's 1 s warm-up runs before the first read).
 A thread started by another carries its name: OpenMP's workers (a team per thread that calls the model) are
 counted with the thread that started them. --in-process adds the package's `aotc-run --bench` p50 at the same
-batch (one-input packages), the floor the transports add to. Not a test: it asserts nothing, and `make test`
-does not run it.
+batch (one-input packages), the floor the transports add to. With AOTC_CUDA_TIMING=N in the environment (the
+CUDA runtime's phase means every N replayed calls, docs/runtime.md) a last table gives, per transport, the means
+the server logged during each load: whether the model's call itself takes longer when the transport leaves the
+GPU idle longer between calls. Not a test: it asserts nothing, and `make test` does not run it.
 """
 
 from __future__ import annotations
@@ -68,9 +70,23 @@ def by_name(before: dict, after: dict, n: int) -> dict[str, tuple[float, float]]
     return {k: (v[0], v[1]) for k, v in sums.items()}
 
 
+CUDA_TIMING = re.compile(r"aotc cuda timing: (\d+) calls, .*\(call ([\d.]+)\), idle before ([\d.]+); "
+                         r"on the device: copy-in [\d.]+, graph ([\d.]+)")
+
+
+def cuda_timing(log: str) -> dict | None:
+    """The call-weighted means of the AOTC_CUDA_TIMING lines in `log`: {"call", "idle", "graph"} us (host call,
+    host idle before the call, the graph on the device), or None where there are none."""
+    rows = [(int(m[1]), float(m[2]), float(m[3]), float(m[4])) for m in CUDA_TIMING.finditer(log)]
+    n = sum(r[0] for r in rows)
+    if not n:
+        return None
+    return {k: sum(r[0] * r[i] for r in rows) / n for i, k in ((1, "call"), (2, "idle"), (3, "graph"))}
+
+
 def load_once(srv: Server, transport: str, model: str, x: dict, seconds: float, load_flags: str) -> dict:
     """One aotc-load run at concurrency 1 (bench/loadgen.py, 1 s of warm-up) with the server's threads read
-    around its measured part."""
+    around its measured part (and the server's log, for AOTC_CUDA_TIMING's lines)."""
     load = loadgen.http_load if transport == "http" else loadgen.grpc_load
     port = srv.port if transport == "http" else srv.grpc_port
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -78,8 +94,12 @@ def load_once(srv: Server, transport: str, model: str, x: dict, seconds: float, 
         running = pool.submit(load, port, model, x, None, 1, seconds, load_flags=shlex.split(load_flags))
         time.sleep(1.0)  # aotc-load's warm-up
         before, n0 = threads(srv.proc.pid), inference_count(srv, model)
+        logged = srv.log_path.stat().st_size
         r = running.result(timeout=seconds + 180)
     after, n1 = threads(srv.proc.pid), inference_count(srv, model)
+    with open(srv.log_path, "rb") as f:
+        f.seek(logged)
+        timing = cuda_timing(f.read().decode(errors="replace"))
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     n = max(n1 - n0, 1)
     # aotc-load's whole run, warm-up included, over its requests (warm-up ones counted by the server too)
@@ -87,7 +107,7 @@ def load_once(srv: Server, transport: str, model: str, x: dict, seconds: float, 
     client_switches = (ru1.ru_nvcsw + ru1.ru_nivcsw) - (ru0.ru_nvcsw + ru0.ru_nivcsw)
     made = max(r["requests"] * (seconds + 1) / seconds, 1)
     return {"p50_us": r["p50_ms"] * 1e3, "req_per_s": r["req_per_s"], "threads": by_name(before, after, n),
-            "client_us": client_s * 1e6 / made, "client_switches": client_switches / made}
+            "client_us": client_s * 1e6 / made, "client_switches": client_switches / made, "cuda": timing}
 
 
 def in_process_us(pkgs: dict[str, Path], inputs: dict[str, dict], tmp: Path) -> dict[str, float]:
@@ -128,6 +148,14 @@ def report(name: str, runs: dict, configs: list[tuple[str, str]], inproc: float 
         lines += ["", f"Server threads, server flags {c[0] or '(none)'}, aotc-load flags {c[1] or '(none)'}:", "",
                   "| thread | HTTP CPU us/req | HTTP switches/req | gRPC CPU us/req | gRPC switches/req |",
                   "|---|---|---|---|---|", *rows]
+    timed = [(c, t, [r["cuda"] for r in runs[name, c, t] if r["cuda"]]) for c in configs for t in ("http", "grpc")]
+    if any(ts for _, _, ts in timed):
+        lines += ["", "The model's call in the server (AOTC_CUDA_TIMING means; medians over the rounds):", "",
+                  "| server flags | aotc-load flags | transport | host call us | idle before us | graph on the device us |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {c[0] or '(none)'} | {c[1] or '(none)'} | {t} | "
+                  + " | ".join(f"{statistics.median(x[k] for x in ts):.1f}" for k in ("call", "idle", "graph")) + " |"
+                  for c, t, ts in timed if ts]
     return lines + [""]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import re
+import resource
+import time
 import zipfile
 
 import numpy as np
@@ -55,6 +57,22 @@ def test_bench_prints_percentiles(pkg_mlp):
     assert 0 < p50 <= p90 <= p99
 
 
+def test_a_gap_is_slept_through_or_with_gap_spin_spun_through(pkg_simple):
+    # 200 gaps of 10 ms: two seconds of wall time either way; spinning spends them on the CPU, sleeping does
+    # not (the bound leaves room for a core shared with other tests)
+    def cpu_and_wall(*flags):
+        before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+        r = run_aotc_run(pkg_simple, "--bench", "200", "--warmup", "0", "--gap-us", "10000", *flags)
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - t0
+        assert r.returncode == 0 and "bench: calls=200" in r.stdout, r.stderr
+        return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, wall
+
+    slept, slept_wall = cpu_and_wall()
+    spun, spun_wall = cpu_and_wall("--gap-spin")
+    assert slept_wall >= 2.0 and spun_wall >= 2.0
+    assert spun - slept >= 0.5, (spun, slept)
+
+
 def test_mismatching_stored_output_exits_1(pkg_mlp, tmp_path):
     # Samples are not hashed (they are data, not code): a wrong stored output must fail the self-check.
     def edit(name, data):
@@ -79,6 +97,7 @@ def test_mismatching_stored_output_exits_1(pkg_mlp, tmp_path):
     (["PKG", "--bench", "x"], "--bench is 'x'"),
     (["PKG", "--threads", "0"], "--threads is '0'"),
     (["PKG", "--bench", "3", "--gap-us", "-1"], "--gap-us is '-1'"),
+    (["PKG", "--bench", "3", "--gap-spin"], "--gap-spin spins through --gap-us; give --gap-us G (G > 0) too"),
     (["PKG", "--frobnicate"], "unknown option '--frobnicate'"),
     (["PKG", "--bench", "3", "--device-inputs"], "--device-inputs needs a CUDA package; this one is for cpu"),
 ])

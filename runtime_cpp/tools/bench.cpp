@@ -8,7 +8,7 @@
 namespace aotc {
 
 BenchResult bench(const Session& session, const std::vector<at::Tensor>& inputs, size_t calls, size_t threads,
-                  size_t warmup, size_t gap_us) {
+                  size_t warmup, size_t gap_us, bool gap_spin) {
   using clock = std::chrono::steady_clock;
   threads = std::max<size_t>(1, std::min(threads, calls));
   for (size_t i = 0; i < warmup; ++i) session.run(inputs);
@@ -26,7 +26,13 @@ BenchResult bench(const Session& session, const std::vector<at::Tensor>& inputs,
           auto t0 = clock::now();
           session.run(inputs);
           per_thread[t].push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
-          if (gap_us) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+          if (gap_us && gap_spin) {
+            const auto until = clock::now() + std::chrono::microseconds(gap_us);
+            while (clock::now() < until) {
+            }
+          } else if (gap_us) {
+            std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+          }
         }
       } catch (...) {
         errors[t] = std::current_exception();

@@ -22,7 +22,8 @@ struct BenchResult {
 // Runs `warmup` untimed calls, then `calls` timed calls spread over `threads` threads, each timed alone.
 // gap_us > 0: each thread sleeps that long after each call (untimed), as a server's thread waits for the
 // next request, so the CPU and GPU idle between calls as they do under a closed loop over a network.
+// gap_spin: the thread spins through the gap instead (its core stays awake; only the GPU idles).
 BenchResult bench(const Session& session, const std::vector<at::Tensor>& inputs, size_t calls, size_t threads,
-                  size_t warmup, size_t gap_us = 0);
+                  size_t warmup, size_t gap_us = 0, bool gap_spin = false);
 
 }  // namespace aotc
