@@ -74,10 +74,16 @@ def test_batched_requests_asking_different_outputs_each_get_theirs(tmp_path, pkg
                 if "OUTPUT1" in out:
                     assert (out["OUTPUT1"] == a.astype(np.int64) - b).all()
 
-        assert run_clients(32, client) == []
-        _, st = s.json("GET", "/v2/models/simple/stats")
-        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
-        assert max(batches) > 2, f"no batch larger than one request was formed: {batches}"
+        # Rounds until a batch of more than one request (over 2 rows) has formed: a batch waits only while
+        # another executes, and a loaded machine may start the clients further apart than a call of `simple`
+        # takes. Every round's answers are checked.
+        for rounds in range(1, 7):
+            assert run_clients(32, client) == []
+            _, st = s.json("GET", "/v2/models/simple/stats")
+            batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
+            if max(batches) > 2:
+                break
+        assert max(batches) > 2, f"no batch larger than one request was formed in {rounds} rounds: {batches}"
 
 
 def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
@@ -100,15 +106,18 @@ def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
                 assert out["OUTPUT0"].shape == a.shape
                 assert (out["OUTPUT0"] == a + b).all() and (out["OUTPUT1"] == a - b).all()
 
-        assert run_clients(64, client) == []
-        _, st = s.json("GET", "/v2/models/simple/stats")
-        m = st["model_stats"][0]
-        assert m["inference_stats"]["success"]["count"] == 64 * 3
-        assert m["inference_count"] == 3 * sum(rows)
-        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in m["batch_stats"]}
+        for rounds in range(1, 7):  # until a batch of several requests has formed, as in the test above
+            assert run_clients(64, client) == []
+            _, st = s.json("GET", "/v2/models/simple/stats")
+            m = st["model_stats"][0]
+            batches = {b["batch_size"]: b["compute_infer"]["count"] for b in m["batch_stats"]}
+            if max(batches) > 3:
+                break
+        assert m["inference_stats"]["success"]["count"] == 64 * 3 * rounds
+        assert m["inference_count"] == 3 * sum(rows) * rounds
         assert sum(size * count for size, count in batches.items()) == m["inference_count"]
-        assert sum(batches.values()) == m["execution_count"] < 64 * 3
-        assert max(batches) > 3, f"no batch larger than one request was formed: {batches}"
+        assert sum(batches.values()) == m["execution_count"] < 64 * 3 * rounds
+        assert max(batches) > 3, f"no batch larger than one request was formed in {rounds} rounds: {batches}"
         assert max(batches) <= 32
 
         # Larger than max_batch_size but within the package's range: runs alone. Beyond the range: 400.
