@@ -38,7 +38,7 @@ from pathlib import Path
 
 import loadgen
 from launch import Server, make_repository
-from perf_analyzer import inference_count, lean_inputs
+from perf_analyzer import inference_count, lean_inputs, machine
 from serve import package
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -159,12 +159,6 @@ def report(name: str, runs: dict, configs: list[tuple[str, str]], inproc: float 
     return lines + [""]
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo): hosts of one kind differ, and the transports' costs with them."""
-    m = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-    return m[1].strip() if m else "CPU model unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--package", action="append", required=True, metavar="NAME=PKG or MODEL")
@@ -182,8 +176,8 @@ def main() -> None:
     # NAME=PKG, or a model of models/ by name (bench/serve.py exports it once)
     pkgs = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) if "=" in p else package(p) for p in a.package}
     lines = [f"# What a request costs each side, concurrency 1, batch {a.batch}",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-             f"{os.cpu_count()} cores ({cpu_model()}); medians of {a.rounds} rounds of {a.seconds:g} s", ""]
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {machine()}; "
+             f"medians of {a.rounds} rounds of {a.seconds:g} s", ""]
     with tempfile.TemporaryDirectory(prefix="thread-cpu-") as tmp:
         repo = make_repository(Path(tmp) / "repo", pkgs)
         inputs = {name: lean_inputs(pkg, a.batch, "zero") for name, pkg in pkgs.items()}
