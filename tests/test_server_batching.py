@@ -47,6 +47,21 @@ def run_clients(n, fn):
     return errors
 
 
+def run_until_batched(s, n, client, rows_over: int, min_rounds: int = 1):
+    """Runs run_clients(n, client) against `simple` in rounds, every answer checked by `client`, until its stats
+    show a batch of more than `rows_over` rows (more than one request's), after at least `min_rounds`, at most
+    6: a batch waits only while another executes, and a loaded machine may start the clients further apart
+    than a call of `simple` takes. Returns (rounds, the model's stats, {batch size: executions})."""
+    for rounds in range(1, 7):
+        assert run_clients(n, client) == []
+        _, st = s.json("GET", "/v2/models/simple/stats")
+        m = st["model_stats"][0]
+        batches = {b["batch_size"]: b["compute_infer"]["count"] for b in m["batch_stats"]}
+        if rounds >= min_rounds and max(batches) > rows_over:
+            break
+    return rounds, m, batches
+
+
 def test_batched_requests_asking_different_outputs_each_get_theirs(tmp_path, pkg_simple):
     # A batch returns the outputs any of its requests asks for (a CUDA package copies no others to the host);
     # each answer holds exactly the outputs its request named, with its own rows.
@@ -74,15 +89,7 @@ def test_batched_requests_asking_different_outputs_each_get_theirs(tmp_path, pkg
                 if "OUTPUT1" in out:
                     assert (out["OUTPUT1"] == a.astype(np.int64) - b).all()
 
-        # Rounds until a batch of more than one request (over 2 rows) has formed: a batch waits only while
-        # another executes, and a loaded machine may start the clients further apart than a call of `simple`
-        # takes. Every round's answers are checked.
-        for rounds in range(1, 7):
-            assert run_clients(32, client) == []
-            _, st = s.json("GET", "/v2/models/simple/stats")
-            batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
-            if max(batches) > 2:
-                break
+        rounds, _, batches = run_until_batched(s, 32, client, rows_over=2)
         assert max(batches) > 2, f"no batch larger than one request was formed in {rounds} rounds: {batches}"
 
 
@@ -106,13 +113,7 @@ def test_batching_64_clients_distinct_inputs(tmp_path, pkg_simple):
                 assert out["OUTPUT0"].shape == a.shape
                 assert (out["OUTPUT0"] == a + b).all() and (out["OUTPUT1"] == a - b).all()
 
-        for rounds in range(1, 7):  # until a batch of several requests has formed, as in the test above
-            assert run_clients(64, client) == []
-            _, st = s.json("GET", "/v2/models/simple/stats")
-            m = st["model_stats"][0]
-            batches = {b["batch_size"]: b["compute_infer"]["count"] for b in m["batch_stats"]}
-            if max(batches) > 3:
-                break
+        rounds, m, batches = run_until_batched(s, 64, client, rows_over=3)
         assert m["inference_stats"]["success"]["count"] == 64 * 3 * rounds
         assert m["inference_count"] == 3 * sum(rows) * rounds
         assert sum(size * count for size, count in batches.items()) == m["inference_count"]

@@ -239,7 +239,7 @@ def test_batched_requests_write_their_rows_into_their_own_regions(tmp_path, regi
     """Requests that share a batch each get their own rows in their own region (the model call writes them there,
     aotc-server only), next to requests answered in the body; one whose region is too small is refused alone."""
     from launch import make_repository
-    from test_server_batching import run_clients, simple_request
+    from test_server_batching import run_until_batched, simple_request
 
     repo = make_repository(tmp_path / "repo", {"simple": pkg_simple},
                            {"simple": {"max_batch_size": 32, "max_queue_delay_us": 20000,
@@ -279,14 +279,7 @@ def test_batched_requests_write_their_rows_into_their_own_regions(tmp_path, regi
                 got = np.array(out["OUTPUT0"]["data"], np.int32).reshape(a.shape)
             assert np.array_equal(got, a + b), f"client {i}"
 
-        # Rounds until a batch of more than one request has formed (a loaded machine may start the clients
-        # further apart than the queue delay), at least two, each checked whole.
-        for rounds in range(1, 7):
-            assert run_clients(n, client) == []
-            _, st = s.json("GET", "/v2/models/simple/stats")
-            batches = {b["batch_size"]: b["compute_infer"]["count"] for b in st["model_stats"][0]["batch_stats"]}
-            if rounds >= 2 and max(batches) > 3:
-                break
+        rounds, _, batches = run_until_batched(s, n, client, rows_over=3, min_rounds=2)
         assert max(batches) > 3, f"no batch larger than one request was formed in {rounds} rounds: {batches}"
 
 
