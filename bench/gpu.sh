@@ -41,7 +41,8 @@ The others run in the order given:
             32,64,128 against one padded shape and a dynamic sequence dim (--variants: also packed
             rows, --seq-pack)                                                    seq_buckets.{log,md}
   tune      bench/tune_targets.py: aotc tune of BERT-base fp16 at concurrency 32, budget 2x the unbatched
-            p50, variants default and no-static-batches, against the default configuration          tune.md
+            p50, variants default and no-static-batches, against the default configuration and the most
+            any configuration could reach (each variant alone in aotc-run)                          tune.md
   pa        bench/perf_analyzer.py (Triton's perf_analyzer, carried in .gpu/) on BERT at concurrency 1, HTTP
             and gRPC: batch 8 with inputs and outputs in the body, in system and in CUDA shared memory;
             batch 1 (body and system shared memory, 2 rounds), with models/embedding_answer.py beside it (an

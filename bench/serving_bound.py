@@ -1,0 +1,112 @@
+"""The most any serving configuration could reach on this machine, measured, for bench/tune_targets.py.
+
+Two ceilings, each measured here and now:
+- **The model alone**: aotc-run on each export variant's package (no server, no client, no sockets) at batches
+  8, 32 and 64 (as far as the package's batch range goes), with one runner and with several (on CPU one per
+  core, each of one intra-op thread; on CUDA two): the best rows per second. No server can turn rows faster
+  than the model alone does on the same machine.
+- **The requests alone** (CPU): the CPU time per request, server and client together, of a model with no
+  compute (`--floor-model`, models/simple.py) served with the server's defaults at the same concurrency by the
+  same load generator. Every request of the real model costs at least that, plus the model's own CPU time per
+  row (aotc-run's at each variant's best setting, the load of the package taken out by timing N and 2N
+  calls). With every core busy all the
+  time, a request then takes at least (floor + compute) / cores of the machine: the bound on CPU is
+  cores / (floor + compute). On CUDA the model runs on the device: the bound is the lower of the two ceilings.
+
+Not a benchmark on its own; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import time
+
+import numpy as np
+
+from aotc import manifest as manifest_mod
+from aotc.serve import installed_binary
+from aotc.tune import _Server, load, sample_body
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _aotc_run(pkg: str, files: list[str], calls: int, runners: int, env: dict) -> tuple[float, float]:
+    """(calls per second, the process's CPU seconds) of one `aotc-run --bench`."""
+    before = _children_cpu()
+    r = subprocess.run([installed_binary("aotc-run"), pkg, *files, "--bench", str(calls), "--threads", str(runners),
+                        "--warmup", "3"], capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
+    m = re.search(r"calls_per_s=([\d.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError(f"aotc-run {pkg} failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    return float(m.group(1)), _children_cpu() - before
+
+
+def model_alone(pkgs: dict[str, str], device: str, tmp: str, seconds: float = 1.5, say=print) -> dict:
+    """{"rows_per_s", "label", "cpu_us_per_row"} over the packages {variant: path}: the best throughput in
+    aotc-run, and (CPU) the CPU time a row took at each variant's best setting, the least of them."""
+    cores = os.cpu_count() or 1
+    splits = [(1, {})] + ([(cores, {"OMP_NUM_THREADS": "1"})] if device == "cpu" else [(2, {})])
+    best = {"rows_per_s": 0.0, "label": "", "cpu_us_per_row": float("inf")}
+    for variant, pkg in pkgs.items():
+        m = manifest_mod.read(pkg)
+        ins, _ = manifest_mod.read_samples(pkg, m)[0]
+        top = (0.0, None)  # this variant's best rate: (rows/s, (files, calls, runners, env, rows))
+        for b in sorted({min(b, m.batch.max) for b in (8, 32, 64)}) if m.batch else [0]:
+            files = []
+            for i, x in enumerate(ins):
+                files.append(os.path.join(tmp, f"alone_{variant}_b{b}_{i}.npy"))
+                np.save(files[-1], np.ascontiguousarray(np.resize(x, (b, *x.shape[1:])) if b else x))
+            rows = b or 1  # a package without a batch dim: one request per call
+            for runners, env in splits:
+                rate, _ = _aotc_run(pkg, files, 5, runners, env)  # calibration: how many calls fill `seconds`
+                n = max(10, int(rate * seconds))
+                rate, cpu_n = _aotc_run(pkg, files, n, runners, env)
+                label = f"{variant}, batch {rows}, {runners} runner(s)" + (", 1 thread each" if env else "")
+                say(f"  model alone, {label}: {rate * rows:.0f} rows/s")
+                if rate * rows > top[0]:
+                    top = (rate * rows, (files, n, runners, env, rows, cpu_n, label))
+        files, n, runners, env, rows, cpu_n, label = top[1]
+        if top[0] > best["rows_per_s"]:
+            best.update(rows_per_s=top[0], label=label)
+        if device == "cpu":  # N more calls at its best setting: their CPU time, without the package's load
+            _, cpu_2n = _aotc_run(pkg, files, 2 * n, runners, env)
+            best["cpu_us_per_row"] = min(best["cpu_us_per_row"], max(cpu_2n - cpu_n, 0.0) / (n * rows) * 1e6)
+    return best
+
+
+def requests_alone(pkg: str, concurrency: int, tmp: str, seconds: float = 4.0) -> dict:
+    """{"req_per_s", "cpu_us_per_req"}: `pkg` (a model with no compute) served with the server's defaults at
+    `concurrency` by aotc-load; the CPU time of the server and of aotc-load per request."""
+    body = os.path.join(tmp, "floor_body")
+    headers = sample_body(pkg, 1, body)
+    server = _Server(os.path.join(tmp, "floor_repo"), {"m": (pkg, None)}, [])
+    try:
+        load(server.port, "m", body, headers, concurrency, 1.0)  # connections made, first calls done
+        s0, c0, t0 = _proc_cpu(server.proc.pid), _children_cpu(), time.monotonic()
+        r = load(server.port, "m", body, headers, concurrency, seconds)
+        wall = time.monotonic() - t0
+        cpu = _proc_cpu(server.proc.pid) - s0 + _children_cpu() - c0
+    finally:
+        server.stop()
+    # aotc-load's warm-up (min(1, seconds / 2)) runs at the same rate: count its requests with the measured ones
+    requests = r["req_per_s"] * min(wall, seconds + min(1.0, seconds / 2))
+    return {"req_per_s": r["req_per_s"], "cpu_us_per_req": cpu / max(requests, 1.0) * 1e6}
+
+
+def bound(device: str, alone: dict, floor: dict | None) -> float:
+    """Requests per second that no configuration can pass (batch-1 requests)."""
+    cores = os.cpu_count() or 1
+    if device == "cpu" and floor:
+        return min(alone["rows_per_s"], cores * 1e6 / (floor["cpu_us_per_req"] + alone["cpu_us_per_row"]))
+    return min(alone["rows_per_s"], cores * 1e6 / floor["cpu_us_per_req"]) if floor else alone["rows_per_s"]
