@@ -16,12 +16,28 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import re
 import subprocess
 import tempfile
 from pathlib import Path
 
 from launch import find_binary
+
+
+def aotc_run_stats(pkg: Path, npys: list, calls: int, warmup: int, flags: list[str] = (),
+                   env: dict | None = None) -> dict[str, float]:
+    """The numbers of `aotc-run PKG NPY... --bench calls`'s bench line ({"p50_us", "calls_per_s", ...}), with
+    extra `flags` and environment. Raises RuntimeError with aotc-run's last words if it fails."""
+    argv = [str(find_binary("aotc-run", "AOTC_RUN")), str(pkg), *map(str, npys), "--bench", str(calls),
+            "--warmup", str(warmup), *flags]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+                       env=None if env is None else {**os.environ, **env})
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("bench:")), "")
+    stats = {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
+    if r.returncode != 0 or "p50_us" not in stats:
+        raise RuntimeError(f"aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+    return stats
 
 
 def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: list[str] = ()) -> float:
@@ -31,13 +47,7 @@ def aotc_run_p50_us(pkg: Path, x, tmp: Path, calls: int, warmup: int, flags: lis
 
     npy = tmp / f"in_{pkg.stem}_{x.shape[0]}.npy"
     np.save(npy, x)
-    argv = [str(find_binary("aotc-run", "AOTC_RUN")), str(pkg), str(npy), "--bench", str(calls),
-            "--warmup", str(warmup), *flags]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    m = re.search(r"p50_us=([0-9.]+)", r.stdout)
-    if r.returncode != 0 or not m:
-        raise RuntimeError(f"aotc-run exit {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
-    return float(m.group(1))
+    return aotc_run_stats(pkg, [npy], calls, warmup, flags)["p50_us"]
 
 
 def infer_body(x, name: str | None, outputs: list[str] | None = None,

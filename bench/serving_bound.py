@@ -9,9 +9,8 @@ Two ceilings, each measured here and now:
   compute (`--floor-model`, models/simple.py) served with the server's defaults at the same concurrency by the
   same load generator. Every request of the real model costs at least that, plus the model's own CPU time per
   row (aotc-run's at each variant's best setting, the load of the package taken out by timing N and 2N
-  calls). With every core busy all the
-  time, a request then takes at least (floor + compute) / cores of the machine: the bound on CPU is
-  cores / (floor + compute). On CUDA the model runs on the device: the bound is the lower of the two ceilings.
+  calls). With every core busy all the time, a request then takes at least (floor + compute) / cores of the
+  machine: the bound on CPU is cores / (floor + compute). On CUDA the model runs on the device: the bound is the lower of the two ceilings.
 
 Not a benchmark on its own; asserts nothing.
 """
@@ -19,37 +18,20 @@ Not a benchmark on its own; asserts nothing.
 from __future__ import annotations
 
 import os
-import re
-import resource
-import subprocess
-import time
 
 import numpy as np
 
 from aotc import manifest as manifest_mod
-from aotc.serve import installed_binary
 from aotc.tune import _Server, load, sample_body
-
-
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def _proc_cpu(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from loadgen import aotc_run_stats, server_stats
+from perf_analyzer import children_cpu_s, server_cpu_s
 
 
 def _aotc_run(pkg: str, files: list[str], calls: int, runners: int, env: dict) -> tuple[float, float]:
-    """(calls per second, the process's CPU seconds) of one `aotc-run --bench`."""
-    before = _children_cpu()
-    r = subprocess.run([installed_binary("aotc-run"), pkg, *files, "--bench", str(calls), "--threads", str(runners),
-                        "--warmup", "3"], capture_output=True, text=True, env={**os.environ, **env}, timeout=600)
-    m = re.search(r"calls_per_s=([\d.]+)", r.stdout)
-    if r.returncode != 0 or not m:
-        raise RuntimeError(f"aotc-run {pkg} failed: {(r.stderr or r.stdout).strip()[-300:]}")
-    return float(m.group(1)), _children_cpu() - before
+    """(calls per second, the process's CPU seconds) of one `aotc-run --bench` on `runners` threads."""
+    before = children_cpu_s()
+    stats = aotc_run_stats(pkg, files, calls, 3, ["--threads", str(runners)], env)
+    return stats["calls_per_s"], children_cpu_s() - before
 
 
 def model_alone(pkgs: dict[str, str], device: str, tmp: str, seconds: float = 1.5, say=print) -> dict:
@@ -93,15 +75,14 @@ def requests_alone(pkg: str, concurrency: int, tmp: str, seconds: float = 4.0) -
     server = _Server(os.path.join(tmp, "floor_repo"), {"m": (pkg, None)}, [])
     try:
         load(server.port, "m", body, headers, concurrency, 1.0)  # connections made, first calls done
-        s0, c0, t0 = _proc_cpu(server.proc.pid), _children_cpu(), time.monotonic()
+        s0, c0, n0 = server_cpu_s(server), children_cpu_s(), server_stats(server.port, "m")["success"]["count"]
         r = load(server.port, "m", body, headers, concurrency, seconds)
-        wall = time.monotonic() - t0
-        cpu = _proc_cpu(server.proc.pid) - s0 + _children_cpu() - c0
+        cpu = server_cpu_s(server) - s0 + children_cpu_s() - c0
+        # every request the server answered, aotc-load's warm-up among them, against the CPU they took
+        requests = server_stats(server.port, "m")["success"]["count"] - n0
     finally:
         server.stop()
-    # aotc-load's warm-up (min(1, seconds / 2)) runs at the same rate: count its requests with the measured ones
-    requests = r["req_per_s"] * min(wall, seconds + min(1.0, seconds / 2))
-    return {"req_per_s": r["req_per_s"], "cpu_us_per_req": cpu / max(requests, 1.0) * 1e6}
+    return {"req_per_s": r["req_per_s"], "cpu_us_per_req": cpu / max(requests, 1) * 1e6}
 
 
 def bound(device: str, alone: dict, floor: dict | None) -> float:
