@@ -2,9 +2,11 @@
 
 Two ceilings, each measured here and now:
 - **The model alone**: aotc-run on each export variant's package (no server, no client, no sockets) at batches
-  8, 32 and 64 (as far as the package's batch range goes), with one runner and with several (on CPU one per
-  core, each of one intra-op thread; on CUDA two): the best rows per second. No server can turn rows faster
-  than the model alone does on the same machine.
+  8, 16, 32 and 64 (as far as the package's batch range goes), with one runner and with several (on CPU one
+  per core, each of one intra-op thread; on CUDA two): the best rows per second. No server can turn rows
+  faster than the model alone does on the same machine. A closed loop of C clients has at most C requests'
+  rows in flight (`in_flight`), so settings whose runners together hold more rows than that are not measured:
+  at concurrency 32 two runners hold at most 16 rows each.
 - **The requests alone** (CPU): the CPU time per request, server and client together, of a model with no
   compute (`--floor-model`, models/simple.py) served with the server's defaults at the same concurrency by the
   same load generator. Every request of the real model costs at least that, plus the model's own CPU time per
@@ -34,9 +36,21 @@ def _aotc_run(pkg: str, files: list[str], calls: int, runners: int, env: dict) -
     return stats["calls_per_s"], children_cpu_s() - before
 
 
-def model_alone(pkgs: dict[str, str], device: str, tmp: str, seconds: float = 1.5, say=print) -> dict:
+def _batches(m, runners: int, in_flight: int | None) -> list[int]:
+    """The batches measured with `runners` runners: 8, 16, 32 and 64, none above the package's largest batch or
+    above the rows each runner can hold when `in_flight` rows are outstanding in all; [0] (the sample as it is)
+    for a package without a batch dim."""
+    if not m.batch:
+        return [0]
+    top = m.batch.max if in_flight is None else min(m.batch.max, max(in_flight // runners, 1))
+    return sorted({min(b, top) for b in (8, 16, 32, 64)})
+
+
+def model_alone(pkgs: dict[str, str], device: str, tmp: str, seconds: float = 1.5, say=print,
+                in_flight: int | None = None) -> dict:
     """{"rows_per_s", "label", "cpu_us_per_row"} over the packages {variant: path}: the best throughput in
-    aotc-run, and (CPU) the CPU time a row took at each variant's best setting, the least of them."""
+    aotc-run, and (CPU) the CPU time a row took at each variant's best setting, the least of them. in_flight:
+    the most rows outstanding at once (concurrency x request batch); None: no limit."""
     cores = os.cpu_count() or 1
     splits = [(1, {})] + ([(cores, {"OMP_NUM_THREADS": "1"})] if device == "cpu" else [(2, {})])
     best = {"rows_per_s": 0.0, "label": "", "cpu_us_per_row": float("inf")}
@@ -44,13 +58,13 @@ def model_alone(pkgs: dict[str, str], device: str, tmp: str, seconds: float = 1.
         m = manifest_mod.read(pkg)
         ins, _ = manifest_mod.read_samples(pkg, m)[0]
         top = (0.0, None)  # this variant's best rate: (rows/s, (files, calls, runners, env, rows))
-        for b in sorted({min(b, m.batch.max) for b in (8, 32, 64)}) if m.batch else [0]:
-            files = []
-            for i, x in enumerate(ins):
-                files.append(os.path.join(tmp, f"alone_{variant}_b{b}_{i}.npy"))
-                np.save(files[-1], np.ascontiguousarray(np.resize(x, (b, *x.shape[1:])) if b else x))
-            rows = b or 1  # a package without a batch dim: one request per call
-            for runners, env in splits:
+        for runners, env in splits:
+            for b in _batches(m, runners, in_flight):
+                files = []
+                for i, x in enumerate(ins):
+                    files.append(os.path.join(tmp, f"alone_{variant}_b{b}_{i}.npy"))
+                    np.save(files[-1], np.ascontiguousarray(np.resize(x, (b, *x.shape[1:])) if b else x))
+                rows = b or 1  # a package without a batch dim: one request per call
                 rate, _ = _aotc_run(pkg, files, 5, runners, env)  # calibration: how many calls fill `seconds`
                 n = max(10, int(rate * seconds))
                 rate, cpu_n = _aotc_run(pkg, files, n, runners, env)

@@ -82,7 +82,7 @@ def main() -> int:
             if not args.no_bound:  # every variant tune exported, again through the export cache
                 names = variants(args.device, None, args.variants.split(",") if args.variants else None)
                 pkgs, _ = export_variants(spec, args.device, names, args.dtype, tmp, lambda line: None)
-                alone = model_alone(pkgs, args.device, tmp)
+                alone = model_alone(pkgs, args.device, tmp, in_flight=args.concurrency)  # batch-1 requests
             ceiling = None if alone is None else bound(args.device, alone, floor)
             rows.append((spec, p50, budget, winner, default, info.get("served"), alone, ceiling))
     n = str(args.concurrency)
