@@ -75,7 +75,7 @@ Options (--opt VALUE or --opt=VALUE; defaults in brackets):
                            bench/server_phases.py --configs names ["default runner,default,unbatched"]
   --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
   --cuda-timing N          AOTC_CUDA_TIMING of the probe and threads stages: means every N replayed calls [1000]
-  --tune-min M             the tune stage's aotc tune --budget-min [3]
+  --tune-min M             the tune stage's aotc tune --budget-min [3]; 0: no search, the default against the bound
   --seq-args "ARGS"        more bench/seq_buckets.py arguments of the seqbench stage, e.g. "--outputs json";
                            repeatable: one run each (seq_buckets.md, then seq_buckets_2.md, ...)
   -h, --help               this text

@@ -3,6 +3,7 @@ concurrency, then `aotc tune` with a p99 budget of 2x that p50, whose last round
 default configuration (the default export with the server's defaults) together, and the most any configuration
 could reach on this machine (bench/serving_bound.py: the model alone in aotc-run, and on CPU the CPU time that
 requests to a model with no compute cost). Prints a markdown table of these and their ratios to the default.
+`--budget-min 0` skips the search: the default configuration (served alone, 5 s) against the bound.
   python bench/tune_targets.py [--model models/mlp.py --model models/bert.py] [--device cpu] [--concurrency 32]
       [--budget-min 6] [--floor-model models/simple.py] [--no-bound] [--out FILE]
 Exports go through `aotc export`'s cache. Not a test; asserts nothing.
@@ -41,13 +42,45 @@ def unbatched_p50(spec: str, device: str, dtype: str, concurrency: int, tmp: str
         server.stop()
 
 
+def search(spec: str, budget: float, args, tmp: str) -> tuple[dict | None, dict, dict | None]:
+    """`aotc tune` within `budget` ms: (the winner's candidate or None, the default's, `aotc serve`'s)."""
+    out = os.path.join(tmp, "tuned")
+    rc = tune(TuneOptions(spec=spec, p99_ms=budget, concurrency=(args.concurrency,), device=args.device,
+                          dtype=args.dtype, budget_min=args.budget_min, out=out,
+                          variants=args.variants.split(",") if args.variants else None),
+              lambda line: print("  " + line, flush=True))
+    info = json.loads(Path(out, "tune.json").read_text())
+    last = max(c["round"] for c in info["candidates"])
+    final = [c for c in info["candidates"] if c["round"] == last]
+    winner = next((c for c in final if c["label"] == info["winner"]), None) if rc == 0 else None
+    default = next(c for c in info["candidates"] if c["variant"] == "default" and c["config"] is None)
+    return winner, default, info.get("served")
+
+
+def served_default(spec: str, args, tmp: str, seconds: float = 5.0) -> dict:
+    """The default export with the server's defaults (no config.json) at the concurrency, as tune measures
+    its default candidate."""
+    pkg = os.path.join(tmp, "default.pt2")  # unbatched_p50's, when it ran in `tmp`
+    if not os.path.exists(pkg):
+        export_default(spec, args.device, args.dtype, tmp)
+    body = os.path.join(tmp, "body")
+    headers = sample_body(pkg, 1, body)
+    server = _Server(os.path.join(tmp, "default_repo"), {"m": (pkg, None)}, [])
+    try:
+        r = load(server.port, "m", body, headers, args.concurrency, seconds)
+    finally:
+        server.stop()
+    return {"per_concurrency": {str(args.concurrency): r}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", action="append")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp32")
     ap.add_argument("--concurrency", type=int, default=32)
-    ap.add_argument("--budget-min", type=float, default=6.0)
+    ap.add_argument("--budget-min", type=float, default=6.0,
+                    help="aotc tune's search time per model; 0: no search, the default configuration and the bound")
     ap.add_argument("--variants", help="aotc tune --variants (default: all)")
     ap.add_argument("--floor-model", default="models/simple.py",
                     help="the model with no compute whose requests' CPU time bounds the throughput on CPU")
@@ -69,22 +102,17 @@ def main() -> int:
             budget = 2 * p50
             print(f"{spec}: unbatched p50 {p50:.2f} ms at concurrency {args.concurrency}; budget {budget:.2f} ms",
                   flush=True)
-            out = os.path.join(tmp, "tuned")
-            rc = tune(TuneOptions(spec=spec, p99_ms=budget, concurrency=(args.concurrency,), device=args.device,
-                                  dtype=args.dtype, budget_min=args.budget_min, out=out,
-                                  variants=args.variants.split(",") if args.variants else None), lambda line: print("  " + line, flush=True))
-            info = json.loads(Path(out, "tune.json").read_text())
-            last = max(c["round"] for c in info["candidates"])
-            final = [c for c in info["candidates"] if c["round"] == last]
-            winner = next((c for c in final if c["label"] == info["winner"]), None) if rc == 0 else None
-            default = next(c for c in info["candidates"] if c["variant"] == "default" and c["config"] is None)
+            if args.budget_min > 0:
+                winner, default, served = search(spec, budget, args, tmp)
+            else:  # no search: the default configuration alone, beside the bound
+                winner, served, default = None, None, served_default(spec, args, tmp)
             alone = None
             if not args.no_bound:  # every variant tune exported, again through the export cache
                 names = variants(args.device, None, args.variants.split(",") if args.variants else None)
                 pkgs, _ = export_variants(spec, args.device, names, args.dtype, tmp, lambda line: None)
                 alone = model_alone(pkgs, args.device, tmp, in_flight=args.concurrency)  # batch-1 requests
             ceiling = None if alone is None else bound(args.device, alone, floor)
-            rows.append((spec, p50, budget, winner, default, info.get("served"), alone, ceiling))
+            rows.append((spec, p50, budget, winner, default, served, alone, ceiling))
     n = str(args.concurrency)
     lines = [f"`python bench/tune_targets.py {' '.join('--model ' + m for m in models)} --device {args.device} "
              f"--dtype {args.dtype} --concurrency {n} --budget-min {args.budget_min:g}"
@@ -101,7 +129,8 @@ def main() -> int:
                      + (f"{w['label']} | {wr['req_per_s']:.1f} | {wr['p99_ms']:.2f} | "
                         f"{wr['req_per_s'] / dr['req_per_s']:.2f}x | "
                         + (f"{sv['req_per_s']:.1f} ({sv['req_per_s'] / wr['req_per_s']:.2f}x the winner's) |" if sv
-                           else "not served |") if w else "none met the budget | | | | |"))
+                           else "not served |") if w
+                        else ("none met the budget" if args.budget_min > 0 else "not searched") + " | | | | |"))
     if floor:
         lines += ["", f"The most any configuration could reach here (bench/serving_bound.py): {args.floor_model} "
                   f"served at concurrency {n} took {floor['cpu_us_per_req']:.1f} us of CPU per request (server and "
@@ -114,7 +143,8 @@ def main() -> int:
             cpu = alone["cpu_us_per_row"]
             lines.append(f"| {spec} | {dr:.1f} | {alone['rows_per_s']:.0f} ({alone['label']}) | "
                          + (f"{cpu:.1f}" if cpu != float("inf") else "") + f" | {ceiling:.0f} | {ceiling / dr:.2f}x | "
-                         + (f"{wr / dr:.2f}x |" if wr else "none met the budget |"))
+                         + (f"{wr / dr:.2f}x |" if wr else "none met the budget |" if args.budget_min > 0
+                            else "not searched |"))
     report = "\n".join(lines)
     print(report)
     if args.out:
