@@ -87,6 +87,8 @@ def main() -> int:
     ap.add_argument("--no-bound", action="store_true", help="skip the ceilings (serving_bound.py)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.budget_min < 0:
+        ap.error(f"--budget-min takes minutes (0: no search), got {args.budget_min:g}")
     models = args.model or ["models/mlp.py", "models/bert.py"]
     rows = []
     floor = None
