@@ -12,7 +12,8 @@ Two ceilings, each measured here and now:
   same load generator. Every request of the real model costs at least that, plus the model's own CPU time per
   row (aotc-run's at each variant's best setting, the load of the package taken out by timing N and 2N
   calls). With every core busy all the time, a request then takes at least (floor + compute) / cores of the
-  machine: the bound on CPU is cores / (floor + compute). On CUDA the model runs on the device: the bound is the lower of the two ceilings.
+  machine: the bound on CPU is cores / (floor + compute). On CUDA the model runs on the device: the bound is
+  the lower of the two ceilings.
 
 Not a benchmark on its own; asserts nothing.
 """
@@ -58,12 +59,14 @@ def model_alone(pkgs: dict[str, str], device: str, tmp: str, seconds: float = 1.
         m = manifest_mod.read(pkg)
         ins, _ = manifest_mod.read_samples(pkg, m)[0]
         top = (0.0, None)  # this variant's best rate: (rows/s, (files, calls, runners, env, rows))
+        inputs: dict[int, list[str]] = {}  # batch -> the .npy files, written once for every runner count
         for runners, env in splits:
             for b in _batches(m, runners, in_flight):
-                files = []
-                for i, x in enumerate(ins):
-                    files.append(os.path.join(tmp, f"alone_{variant}_b{b}_{i}.npy"))
-                    np.save(files[-1], np.ascontiguousarray(np.resize(x, (b, *x.shape[1:])) if b else x))
+                if b not in inputs:
+                    inputs[b] = [os.path.join(tmp, f"alone_{variant}_b{b}_{i}.npy") for i in range(len(ins))]
+                    for f, x in zip(inputs[b], ins):
+                        np.save(f, np.ascontiguousarray(np.resize(x, (b, *x.shape[1:])) if b else x))
+                files = inputs[b]
                 rows = b or 1  # a package without a batch dim: one request per call
                 rate, _ = _aotc_run(pkg, files, 5, runners, env)  # calibration: how many calls fill `seconds`
                 n = max(10, int(rate * seconds))

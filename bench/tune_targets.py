@@ -31,13 +31,14 @@ def export_default(spec: str, device: str, dtype: str, tmp: str, name: str = "de
     return pkg
 
 
-def unbatched_p50(spec: str, device: str, dtype: str, concurrency: int, tmp: str) -> float:
-    pkg = export_default(spec, device, dtype, tmp)
+def serve_default(pkg: str, config: dict | None, concurrency: int, tmp: str, name: str, seconds: float = 5.0) -> dict:
+    """aotc-load's numbers for the default export served alone with `config` (None: the server's defaults, as
+    tune's default candidate) at `concurrency`, from a repository tmp/repo_<name>."""
     body = os.path.join(tmp, "body")
     headers = sample_body(pkg, 1, body)
-    server = _Server(os.path.join(tmp, "repo"), {"m": (pkg, {"max_batch_size": 0})}, [])
+    server = _Server(os.path.join(tmp, f"repo_{name}"), {"m": (pkg, config)}, [])
     try:
-        return load(server.port, "m", body, headers, concurrency, 5.0)["p50_ms"]
+        return load(server.port, "m", body, headers, concurrency, seconds)
     finally:
         server.stop()
 
@@ -55,22 +56,6 @@ def search(spec: str, budget: float, args, tmp: str) -> tuple[dict | None, dict,
     winner = next((c for c in final if c["label"] == info["winner"]), None) if rc == 0 else None
     default = next(c for c in info["candidates"] if c["variant"] == "default" and c["config"] is None)
     return winner, default, info.get("served")
-
-
-def served_default(spec: str, args, tmp: str, seconds: float = 5.0) -> dict:
-    """The default export with the server's defaults (no config.json) at the concurrency, as tune measures
-    its default candidate."""
-    pkg = os.path.join(tmp, "default.pt2")  # unbatched_p50's, when it ran in `tmp`
-    if not os.path.exists(pkg):
-        export_default(spec, args.device, args.dtype, tmp)
-    body = os.path.join(tmp, "body")
-    headers = sample_body(pkg, 1, body)
-    server = _Server(os.path.join(tmp, "default_repo"), {"m": (pkg, None)}, [])
-    try:
-        r = load(server.port, "m", body, headers, args.concurrency, seconds)
-    finally:
-        server.stop()
-    return {"per_concurrency": {str(args.concurrency): r}}
 
 
 def main() -> int:
@@ -100,14 +85,16 @@ def main() -> int:
               f"{floor['req_per_s']:.0f} req/s, {floor['cpu_us_per_req']:.1f} us of CPU per request", flush=True)
     for spec in models:
         with tempfile.TemporaryDirectory() as tmp:
-            p50 = unbatched_p50(spec, args.device, args.dtype, args.concurrency, tmp)
+            pkg = export_default(spec, args.device, args.dtype, tmp)
+            p50 = serve_default(pkg, {"max_batch_size": 0}, args.concurrency, tmp, "unbatched")["p50_ms"]
             budget = 2 * p50
             print(f"{spec}: unbatched p50 {p50:.2f} ms at concurrency {args.concurrency}; budget {budget:.2f} ms",
                   flush=True)
             if args.budget_min > 0:
                 winner, default, served = search(spec, budget, args, tmp)
             else:  # no search: the default configuration alone, beside the bound
-                winner, served, default = None, None, served_default(spec, args, tmp)
+                r = serve_default(pkg, None, args.concurrency, tmp, "default")
+                winner, served, default = None, None, {"per_concurrency": {str(args.concurrency): r}}
             alone = None
             if not args.no_bound:  # every variant tune exported, again through the export cache
                 names = variants(args.device, None, args.variants.split(",") if args.variants else None)
@@ -116,6 +103,7 @@ def main() -> int:
             ceiling = None if alone is None else bound(args.device, alone, floor)
             rows.append((spec, p50, budget, winner, default, served, alone, ceiling))
     n = str(args.concurrency)
+    no_winner = "none met the budget" if args.budget_min > 0 else "not searched"
     lines = [f"`python bench/tune_targets.py {' '.join('--model ' + m for m in models)} --device {args.device} "
              f"--dtype {args.dtype} --concurrency {n} --budget-min {args.budget_min:g}"
              + (f" --variants {args.variants}" if args.variants else "") + "`",
@@ -132,7 +120,7 @@ def main() -> int:
                         f"{wr['req_per_s'] / dr['req_per_s']:.2f}x | "
                         + (f"{sv['req_per_s']:.1f} ({sv['req_per_s'] / wr['req_per_s']:.2f}x the winner's) |" if sv
                            else "not served |") if w
-                        else ("none met the budget" if args.budget_min > 0 else "not searched") + " | | | | |"))
+                        else no_winner + " | | | | |"))
     if floor:
         lines += ["", f"The most any configuration could reach here (bench/serving_bound.py): {args.floor_model} "
                   f"served at concurrency {n} took {floor['cpu_us_per_req']:.1f} us of CPU per request (server and "
@@ -145,8 +133,7 @@ def main() -> int:
             cpu = alone["cpu_us_per_row"]
             lines.append(f"| {spec} | {dr:.1f} | {alone['rows_per_s']:.0f} ({alone['label']}) | "
                          + (f"{cpu:.1f}" if cpu != float("inf") else "") + f" | {ceiling:.0f} | {ceiling / dr:.2f}x | "
-                         + (f"{wr / dr:.2f}x |" if wr else "none met the budget |" if args.budget_min > 0
-                            else "not searched |"))
+                         + (f"{wr / dr:.2f}x |" if wr else no_winner + " |"))
     report = "\n".join(lines)
     print(report)
     if args.out:
