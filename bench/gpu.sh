@@ -49,10 +49,11 @@ The others run in the order given:
             answer of BERT's size without its compute), and each over both transports with aotc-load too (a
             client that takes the answer as bytes), against the call in the process (aotc-run)
                                                                                   pa_b8.md, pa_b1.md, pa.log
-  threads   bench/thread_cpu.py: BERT and the answer model at batch 1, concurrency 1, over HTTP and gRPC with
-            aotc-load, the server with and without --busy-poll-us 200, aotc-load with and without
-            --busy-poll: the server's CPU and context switches per request, thread by thread, the
-            client's, the call in the process, and the model call's phases in the server per transport
+  threads   bench/thread_cpu.py: BERT and the answer model at batch 1, concurrency 1, each in a server of
+            its own (--threads-args --together: one server for both), over HTTP and gRPC with aotc-load,
+            the server with and without --busy-poll-us 200, aotc-load with and without --busy-poll: the
+            server's CPU and context switches per request, thread by thread, the client's, the call in the
+            process, and the model call's phases in the server per transport
             (AOTC_CUDA_TIMING=--cuda-timing)                                                  threads.md
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
@@ -76,6 +77,7 @@ Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
   --cuda-timing N          AOTC_CUDA_TIMING of the probe and threads stages: means every N replayed calls [1000]
   --tune-min M             the tune stage's aotc tune --budget-min [3]; 0: no search, the default against the bound
+  --threads-args "ARGS"    more bench/thread_cpu.py arguments of the threads stage, e.g. "--together"
   --seq-args "ARGS"        more bench/seq_buckets.py arguments of the seqbench stage, e.g. "--outputs json";
                            repeatable: one run each (seq_buckets.md, then seq_buckets_2.md, ...)
   -h, --help               this text
@@ -90,10 +92,11 @@ wholes() { [[ $2 =~ ^[0-9]+( [0-9]+)*$ ]] || die "$1 takes whole numbers separat
 BUDGET=580 TEST_TIMEOUT_S=340 TEST_ARGS=tests TEST_GPU="" EXPORT_FLAGS="" EXTRA_EXPORTS=() BENCH_ARGS=""
 EB_ARGS="" EB_TIMEOUT_S=420 EB_GPU="" TUNED_GPU=1 MULTI_INSTANCES=2 MULTI_SECONDS=8
 PROBE_BATCHES=1 PROBE_CONFIGS="default runner,default,unbatched" PROBE_BUSY_POLL_US="" CUDA_TIMING=1000 TUNE_MIN=3 SEQ_ARGS=()
+THREADS_ARGS=""
 STAGES=""
 OPTIONS=" --budget-s --test-timeout-s --test-args --test-gpu --export-flags --extra-export --bench-args --eb-args \
 --eb-timeout-s --eb-gpu --tuned-gpu --multi-instances --multi-seconds --probe-batches --probe-configs \
---probe-busy-poll-us --cuda-timing --tune-min --seq-args "
+--probe-busy-poll-us --cuda-timing --tune-min --seq-args --threads-args "
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -125,6 +128,7 @@ while [ $# -gt 0 ]; do
     --probe-busy-poll-us) whole "$opt" "$val"; PROBE_BUSY_POLL_US=$val ;;
     --cuda-timing) whole "$opt" "$val"; CUDA_TIMING=$val ;;
     --seq-args) SEQ_ARGS+=("$val") ;;
+    --threads-args) THREADS_ARGS=$val ;;
     --tune-min) [[ $val =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--tune-min takes minutes, got '$val'"; TUNE_MIN=$val ;;
   esac
 done
@@ -510,7 +514,7 @@ for s in $STAGES; do
     threads) wait_eb; stage threads "$OUT/threads.log" env AOTC_CUDA_TIMING=$CUDA_TIMING "$PY" bench/thread_cpu.py --package \
                bert_base="$PKGS/bert_base.pt2" --package answer="$PKGS/answer.pt2" --seconds 2 --rounds 3 \
                --server-flags= --server-flags="--busy-poll-us 200" --load-flags= --load-flags=--busy-poll \
-               --in-process --out "$OUT/threads.md" ;;
+               --in-process $THREADS_ARGS --out "$OUT/threads.md" ;;
     tune) wait_eb; stage tune "$OUT/tune.log" "$PY" bench/tune_targets.py --model models/bert.py:bert_base \
             --device cuda --dtype fp16 --concurrency 32 --budget-min "$TUNE_MIN" \
             --variants default,no-static-batches --out "$OUT/tune.md" ;;
