@@ -50,8 +50,8 @@ The others run in the order given:
             client that takes the answer as bytes), against the call in the process (aotc-run)
                                                                                   pa_b8.md, pa_b1.md, pa.log
   threads   bench/thread_cpu.py: BERT and the answer model at batch 1, concurrency 1, each in a server of
-            its own (--threads-args --together: one server for both), over HTTP and gRPC with aotc-load,
-            the server with and without --busy-poll-us 200, aotc-load with and without --busy-poll: the
+            its own (--threads-args "--layout both": and in one server, in turn), over HTTP and gRPC with
+            aotc-load, the server with and without --busy-poll-us 200, aotc-load with and without --busy-poll: the
             server's CPU and context switches per request, thread by thread, the client's, the call in the
             process, and the model call's phases in the server per transport
             (AOTC_CUDA_TIMING=--cuda-timing)                                                  threads.md
@@ -77,7 +77,7 @@ Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --probe-busy-poll-us N   also run each probe server part on a server started with --busy-poll-us N
   --cuda-timing N          AOTC_CUDA_TIMING of the probe and threads stages: means every N replayed calls [1000]
   --tune-min M             the tune stage's aotc tune --budget-min [3]; 0: no search, the default against the bound
-  --threads-args "ARGS"    more bench/thread_cpu.py arguments of the threads stage, e.g. "--together"
+  --threads-args "ARGS"    more bench/thread_cpu.py arguments of the threads stage, e.g. "--layout both"
   --seq-args "ARGS"        more bench/seq_buckets.py arguments of the seqbench stage, e.g. "--outputs json";
                            repeatable: one run each (seq_buckets.md, then seq_buckets_2.md, ...)
   -h, --help               this text

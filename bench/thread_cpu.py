@@ -6,20 +6,22 @@ for: telling which end, and which thread, a transport's extra latency lies on (d
 gRPC call costs each side, and busy polling).
 
     .venv/bin/python bench/thread_cpu.py --package NAME=PKG|MODEL [--package ...] [--batch 1] [--seconds 3]
-        [--rounds 2] [--server-flags "..." ...] [--load-flags "..." ...] [--together] [--in-process] [--out FILE]
+        [--rounds 2] [--server-flags "..." ...] [--load-flags "..." ...] [--layout apart] [--in-process]
+        [--out FILE]
 
 Each --server-flags is a server setting; in every round each setting starts one server per package in turn,
 which is loaded over both transports with each --load-flags (aotc-load's own, e.g. --busy-poll) and stopped,
 so that drift of the machine hits all alike (medians over the rounds). A package has a server to itself
 because a CUDA model's graph ran 10% longer on the device with other packages loaded beside it
-(docs/performance.md, Inside the server); --together serves them all from one server, to measure that. The
-server's threads are read just before and just after each load (aotc-load's 1 s warm-up runs before the first
-read). A thread started by another carries its name: OpenMP's workers (a team per thread that calls the model)
-are counted with the thread that started them. --in-process adds the package's `aotc-run --bench` p50 at the
-same batch (one-input packages), the floor the transports add to. With AOTC_CUDA_TIMING=N in the environment
-(the CUDA runtime's phase means every N replayed calls, docs/runtime.md) a last table gives, per transport,
-the means the server logged during each load: whether the model's call itself takes longer when the transport
-leaves the GPU idle longer between calls. Not a test: it asserts nothing, and `make test` does not run it.
+(docs/performance.md, Inside the server); --layout together serves them all from one server, to measure that
+(both: each layout in turn, side by side in the tables). The server's threads are read just before and just
+after each load (aotc-load's 1 s warm-up runs before the first read). A thread started by another carries its
+name: OpenMP's workers (a team per thread that calls the model) are counted with the thread that started them.
+--in-process adds the package's `aotc-run --bench` p50 at the same batch (one-input packages), the floor the
+transports add to. With AOTC_CUDA_TIMING=N in the environment (the CUDA runtime's phase means every N replayed
+calls, docs/runtime.md) a last table gives, per transport, the means the server logged during each load:
+whether the model's call itself takes longer when the transport leaves the GPU idle longer between calls. Not
+a test: it asserts nothing, and `make test` does not run it.
 """
 
 from __future__ import annotations
@@ -171,31 +173,42 @@ def main() -> None:
                     help="aotc-server's flags; several: one server each, taking turns in every round")
     ap.add_argument("--load-flags", action="append", metavar="FLAGS",
                     help="more aotc-load flags (--busy-poll); several: each in turn against every server")
-    ap.add_argument("--together", action="store_true", help="every package in one server, not one server each")
+    ap.add_argument("--layout", choices=("apart", "together", "both"), default="apart",
+                    help="a server per package (apart), one for all (together), or each in turn (both)")
     ap.add_argument("--in-process", action="store_true")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
-    configs = [(sf, lf) for sf in a.server_flags or [""] for lf in a.load_flags or [""]]
+    layouts = ("apart", "together") if a.layout == "both" else (a.layout,)
+
+    def label(sf: str, layout: str) -> str:  # a server setting as the tables name it
+        return f"{sf} [{layout}]".strip() if a.layout == "both" else sf
+
+    configs = [(label(sf, lay), lf) for sf in a.server_flags or [""] for lay in layouts for lf in a.load_flags or [""]]
     # NAME=PKG, or a model of models/ by name (bench/serve.py exports it once)
     pkgs = {p.split("=", 1)[0]: Path(p.split("=", 1)[1]) if "=" in p else package(p) for p in a.package}
     lines = [f"# What a request costs each side, concurrency 1, batch {a.batch}",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {machine()}; "
              f"medians of {a.rounds} rounds of {a.seconds:g} s; "
-             + ("every package in one server" if a.together else "each package in a server of its own"), ""]
+             + {"apart": "each package in a server of its own", "together": "every package in one server",
+                "both": "each package in a server of its own [apart] and every package in one [together], in turn"}
+             [a.layout], ""]
     with tempfile.TemporaryDirectory(prefix="thread-cpu-") as tmp:
-        groups = [list(pkgs)] if a.together else [[name] for name in pkgs]  # the packages of each server
-        repos = [(g, make_repository(Path(tmp) / f"repo{i}", {n: pkgs[n] for n in g})) for i, g in enumerate(groups)]
+        groups = {"apart": [[name] for name in pkgs], "together": [list(pkgs)]}  # the packages of each server
+        repos = {lay: [(g, make_repository(Path(tmp) / f"{lay}{i}", {n: pkgs[n] for n in g}))
+                       for i, g in enumerate(groups[lay])] for lay in layouts}
         inputs = {name: lean_inputs(pkg, a.batch, "zero") for name, pkg in pkgs.items()}
         inproc = in_process_us(pkgs, inputs, Path(tmp)) if a.in_process else {}
         runs: dict[tuple, list[dict]] = defaultdict(list)  # (model, (server flags, load flags), transport)
         for _ in range(a.rounds):
             for server_flags in a.server_flags or [""]:
-                for group, repo in repos:
-                    with Server("cpp", repo, *shlex.split(server_flags)) as srv:
-                        for c in (c for c in configs if c[0] == server_flags):
-                            for name in group:
-                                for t in ("http", "grpc"):
-                                    runs[name, c, t].append(load_once(srv, t, name, inputs[name], a.seconds, c[1]))
+                for lay in layouts:
+                    for group, repo in repos[lay]:
+                        with Server("cpp", repo, *shlex.split(server_flags)) as srv:
+                            for c in (c for c in configs if c[0] == label(server_flags, lay)):
+                                for name in group:
+                                    for t in ("http", "grpc"):
+                                        runs[name, c, t].append(load_once(srv, t, name, inputs[name], a.seconds,
+                                                                          c[1]))
         for name in pkgs:
             lines += report(name, runs, configs, inproc.get(name))
     text = "\n".join(lines)
