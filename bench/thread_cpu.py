@@ -198,17 +198,17 @@ def main() -> None:
                        for i, g in enumerate(groups[lay])] for lay in layouts}
         inputs = {name: lean_inputs(pkg, a.batch, "zero") for name, pkg in pkgs.items()}
         inproc = in_process_us(pkgs, inputs, Path(tmp)) if a.in_process else {}
-        runs: dict[tuple, list[dict]] = defaultdict(list)  # (model, (server flags, load flags), transport)
+        # the servers of a round, in turn: (their flags, the setting's label in the tables, packages, repository)
+        servers = [(sf, label(sf, lay), group, repo)
+                   for sf in a.server_flags or [""] for lay in layouts for group, repo in repos[lay]]
+        runs: dict[tuple, list[dict]] = defaultdict(list)  # (model, (server setting, load flags), transport)
         for _ in range(a.rounds):
-            for server_flags in a.server_flags or [""]:
-                for lay in layouts:
-                    for group, repo in repos[lay]:
-                        with Server("cpp", repo, *shlex.split(server_flags)) as srv:
-                            for c in (c for c in configs if c[0] == label(server_flags, lay)):
-                                for name in group:
-                                    for t in ("http", "grpc"):
-                                        runs[name, c, t].append(load_once(srv, t, name, inputs[name], a.seconds,
-                                                                          c[1]))
+            for server_flags, setting, group, repo in servers:
+                with Server("cpp", repo, *shlex.split(server_flags)) as srv:
+                    for c in (c for c in configs if c[0] == setting):
+                        for name in group:
+                            for t in ("http", "grpc"):
+                                runs[name, c, t].append(load_once(srv, t, name, inputs[name], a.seconds, c[1]))
         for name in pkgs:
             lines += report(name, runs, configs, inproc.get(name))
     text = "\n".join(lines)
