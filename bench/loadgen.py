@@ -80,7 +80,8 @@ def http_load(port, model, x, input_name, concurrency, seconds, *, outputs: list
     infer_body) ->
     {"p50_ms", "p90_ms", "p99_ms", "mean_ms" (2xx answers), "req_per_s" (2xx answers only), "requests" (2xx
     answers), "errors" (total), "error_counts" (by kind: status = non-2xx, connect, read, write, timeout),
-    "answer_bytes" (the body of a 2xx answer)}.
+    "answer_bytes" (the body of a 2xx answer), "cpu_us" (aotc-load's CPU per request made, warm-up included),
+    "responder_cpu_us" (its loopback responder's likewise; None without one)}.
     `outputs`: ask only for these outputs (None: all); `shm_outputs`: as infer_body (every connection writes
     the same regions, so only concurrency 1 leaves them meaningful); `load_flags`: more of aotc-load's flags
     (--busy-poll)."""
@@ -168,11 +169,17 @@ def bodies_load(port: int, model: str, files: list[Path], concurrency: int, seco
     return _aotc_load(f"http://127.0.0.1:{port}/v2/models/{model}/infer", concurrency, seconds, flags)
 
 
-def loopback_load(answer_bytes: int, seconds: float, socket_buffer: int = 0) -> dict:
-    """http_load's numbers for aotc-load's own loopback responder answering `answer_bytes` bytes to a GET on one
-    connection: what an answer of that size costs on this host's loopback TCP with no server work at all.
-    `socket_buffer` > 0 fixes SO_SNDBUF/SO_RCVBUF of both ends instead of the kernel's autotuning."""
-    flags = ["--loopback-bytes", str(answer_bytes)] + (["--socket-buffer", str(socket_buffer)] if socket_buffer else [])
+def loopback_load(answer_bytes: int, seconds: float, socket_buffer: int = 0, *, grpc: bool = False,
+                  spin_us: int = 0, load_flags: list[str] = ()) -> dict:
+    """http_load's numbers for aotc-load's own loopback responder (a process of its own) answering `answer_bytes`
+    bytes to a GET on one connection: what an answer of that size costs on this host's loopback TCP with no
+    server work at all. `socket_buffer` > 0 fixes SO_SNDBUF/SO_RCVBUF of both ends instead of the kernel's
+    autotuning (HTTP only); `grpc`: a gRPC responder (one raw unary method on a completion queue) answering
+    unary calls; `spin_us`: the responder spins that long before each answer, standing for a model call on the
+    serving thread; `load_flags`: more of aotc-load's flags (--busy-poll)."""
+    flags = ["--loopback-bytes", str(answer_bytes), "--loopback-spin-us", str(spin_us),
+             *(["--loopback-grpc"] if grpc else []), *(["--socket-buffer", str(socket_buffer)] if socket_buffer else []),
+             *load_flags]
     return _aotc_load(None, 1, seconds, flags)
 
 
@@ -194,7 +201,8 @@ def _aotc_load(url: str | None, concurrency: int, seconds: float, flags: list[st
               "write": s["write_errors"], "timeout": s["timeouts"]}
     return {"p50_ms": s["p50_us"] / 1e3, "p90_ms": s["p90_us"] / 1e3, "p99_ms": s["p99_us"] / 1e3,
             "mean_ms": s["mean_us"] / 1e3, "req_per_s": s["req_per_s"], "requests": s["requests"],
-            "errors": s["errors"], "error_counts": counts, "answer_bytes": s["answer_bytes"]}
+            "errors": s["errors"], "error_counts": counts, "answer_bytes": s["answer_bytes"],
+            "cpu_us": s["cpu_us"], "responder_cpu_us": s["responder_cpu_us"]}
 
 
 def model_stats(port: int, model: str) -> dict:

@@ -7,7 +7,7 @@ gRPC call costs each side, and busy polling).
 
     .venv/bin/python bench/thread_cpu.py --package NAME=PKG|MODEL [--package ...] [--batch 1] [--seconds 3]
         [--rounds 2] [--server-flags "..." ...] [--load-flags "..." ...] [--layout apart] [--in-process]
-        [--out FILE]
+        [--floor] [--out FILE]
 
 Each --server-flags is a server setting; in every round each setting starts one server per package in turn,
 which is loaded over both transports with each --load-flags (aotc-load's own, e.g. --busy-poll) and stopped,
@@ -18,7 +18,11 @@ because a CUDA model's graph ran 10% longer on the device with other packages lo
 after each load (aotc-load's 1 s warm-up runs before the first read). A thread started by another carries its
 name: OpenMP's workers (a team per thread that calls the model) are counted with the thread that started them.
 --in-process adds the package's `aotc-run --bench` p50 at the same batch (one-input packages), the floor the
-transports add to. With AOTC_CUDA_TIMING=N in the environment (the CUDA runtime's phase means every N replayed
+transports add to. --floor (with --in-process) adds, per round and package, aotc-load against its own loopback
+responder over each transport (bench/loopback.py: a process of its own; over gRPC one raw unary method on a
+completion queue, as aotc-server serves ModelInfer), answering as many bytes as the server did after spinning
+for the in-process time: what each transport's library alone adds to a call that long, with no server work,
+so that the rest of a transport's gap over in-process is the server's own. With AOTC_CUDA_TIMING=N in the environment (the CUDA runtime's phase means every N replayed
 calls, docs/runtime.md) a last table gives, per transport, the means the server logged during each load:
 whether the model's call itself takes longer when the transport leaves the GPU idle longer between calls. Not
 a test: it asserts nothing, and `make test` does not run it.
@@ -46,6 +50,7 @@ from perf_analyzer import inference_count, lean_inputs, machine
 from serve import package
 
 TICK = os.sysconf("SC_CLK_TCK")
+FLOOR = "floor: aotc-load's responder"  # --floor's rows, in the server flags column
 
 
 def threads(pid: int) -> dict[int, tuple[str, float, int]]:
@@ -110,8 +115,17 @@ def load_once(srv: Server, transport: str, model: str, x: dict, seconds: float, 
     client_s = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     client_switches = (ru1.ru_nvcsw + ru1.ru_nivcsw) - (ru0.ru_nvcsw + ru0.ru_nivcsw)
     made = max(r["requests"] * (seconds + 1) / seconds, 1)
-    return {"p50_us": r["p50_ms"] * 1e3, "req_per_s": r["req_per_s"], "threads": by_name(before, after, n),
+    return {"p50_us": r["p50_ms"] * 1e3, "req_per_s": r["req_per_s"], "answer_bytes": r["answer_bytes"],
+            "threads": by_name(before, after, n),
             "client_us": client_s * 1e6 / made, "client_switches": client_switches / made, "cuda": timing}
+
+
+def floor_once(transport: str, answer_bytes: int, spin_us: float, seconds: float, load_flags: str) -> dict:
+    """aotc-load against its own loopback responder (bench/loopback.py) over `transport`, answering
+    `answer_bytes` after spinning `spin_us`: what the transport's library alone adds to a call of that length."""
+    r = loadgen.loopback_load(answer_bytes, seconds, grpc=transport == "grpc", spin_us=round(spin_us),
+                              load_flags=shlex.split(load_flags))
+    return {"p50_us": r["p50_ms"] * 1e3}
 
 
 def in_process_us(pkgs: dict[str, Path], inputs: dict[str, dict], tmp: Path) -> dict[str, float]:
@@ -125,7 +139,8 @@ def in_process_us(pkgs: dict[str, Path], inputs: dict[str, dict], tmp: Path) -> 
 
 
 def report(name: str, runs: dict, configs: list[tuple[str, str]], inproc: float | None) -> list[str]:
-    """One model's section: a row per configuration and transport, then each configuration's threads."""
+    """One model's section: a row per configuration and transport (and per --floor run: server flags
+    FLOOR), then each configuration's threads."""
     def med(rs: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rs)
 
@@ -140,6 +155,11 @@ def report(name: str, runs: dict, configs: list[tuple[str, str]], inproc: float 
             gap = "" if inproc is None else f"{med(rs, 'p50_us') - inproc:+.0f} us"
             lines.append(f"| {c[0] or '(none)'} | {c[1] or '(none)'} | {t} | {med(rs, 'p50_us'):.0f} | {gap} | "
                          f"{server:.1f} | {med(rs, 'client_us'):.1f} | {med(rs, 'client_switches'):.2f} |")
+    for lf in dict.fromkeys(c[1] for c in configs):
+        for t in ("http", "grpc"):
+            if rs := runs.get((name, (FLOOR, lf), t)):
+                lines.append(f"| {FLOOR} | {lf or '(none)'} | {t} | {med(rs, 'p50_us'):.0f} | "
+                             f"{med(rs, 'p50_us') - round(inproc):+.0f} us | | | |")
     for c in configs:
         names = sorted({k for t in ("http", "grpc") for r in runs[name, c, t] for k in r["threads"]})
         rows = []
@@ -176,9 +196,14 @@ def main() -> None:
     ap.add_argument("--layout", choices=("apart", "together", "both"), default="apart",
                     help="a server per package (apart), one for all (together), or each in turn (both)")
     ap.add_argument("--in-process", action="store_true")
+    ap.add_argument("--floor", action="store_true",
+                    help="with --in-process: also aotc-load's loopback responder over each transport, answering as "
+                         "many bytes as the server after spinning for the in-process time")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     layouts = ("apart", "together") if a.layout == "both" else (a.layout,)
+    if a.floor and not a.in_process:
+        ap.error("--floor spins for the in-process time: give --in-process too")
 
     def label(sf: str, layout: str) -> str:  # a server setting as the tables name it
         return f"{sf} [{layout}]".strip() if a.layout == "both" else sf
@@ -209,6 +234,11 @@ def main() -> None:
                         for name in group:
                             for t in ("http", "grpc"):
                                 runs[name, c, t].append(load_once(srv, t, name, inputs[name], a.seconds, c[1]))
+            for name, us in inproc.items() if a.floor else ():
+                for lf in dict.fromkeys(c[1] for c in configs):
+                    for t in ("http", "grpc"):
+                        answer = runs[name, configs[0], t][-1]["answer_bytes"]
+                        runs[name, (FLOOR, lf), t].append(floor_once(t, answer, us, a.seconds, lf))
         for name in pkgs:
             lines += report(name, runs, configs, inproc.get(name))
     text = "\n".join(lines)

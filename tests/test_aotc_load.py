@@ -1,7 +1,7 @@
 """aotc-load (bench/load/aotc_load.cpp), the benchmarks' HTTP and gRPC load generator, black box: against the
 real aotc-server on the exported MLP over both (counts checked against the server's own statistics), against a
 400 (and over gRPC NOT_FOUND) on every request, against a stub that answers chunked, against its own loopback responder, with bad
-arguments and with no server; and bench/loadgen.py's http_load and grpc_load, which drive it. Checks counts and exit codes, never speed.
+arguments and with no server; its gRPC loopback responder; and bench/loadgen.py's http_load and grpc_load, which drive it. Checks counts and exit codes, never speed.
 """
 
 from __future__ import annotations
@@ -186,6 +186,35 @@ def test_the_loopback_responder_sends_what_it_was_asked_for(tmp_path, flags):
     assert s["requests"] > 0 and s["answer_bytes"] == 0
 
 
+def test_the_grpc_loopback_responder_answers_unary_calls(tmp_path):
+    """--loopback-grpc: a gRPC responder in a child process answers N bytes to every call, with an empty
+    message (no --body) and with a large one, on several channels; the child is gone when aotc-load exits."""
+    (tmp_path / "body.bin").write_bytes(b"x" * 300_000)
+    for extra, size in (([], 198656), (["--body", str(tmp_path / "body.bin"), "--connections", "2"], 3 << 20),
+                        ([], 0)):
+        r = subprocess.run([load_exe(), "--loopback-bytes", str(size), "--loopback-grpc", "--duration", "0.5",
+                            *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        s = json.loads(r.stdout.split(" ", 1)[1])
+        assert s["transport"] == "grpc" and s["requests"] > 0 and s["errors"] == 0
+        # the serialized answer is the N bytes themselves: the raw method sends them as they are
+        assert s["answer_bytes"] == size
+    left = subprocess.run(["pgrep", "-f", "--", "--loopback-grpc"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "a responder process outlived its aotc-load"
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_the_loopback_responder_spins_before_each_answer(transport):
+    """--loopback-spin-us: each answer comes no sooner than the spin after its request."""
+    flags = ["--loopback-grpc"] if transport == "grpc" else []
+    r = subprocess.run([load_exe(), "--loopback-bytes", "100", "--loopback-spin-us", "20000", "--duration", "0.3",
+                        *flags], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.split(" ", 1)[1])
+    assert s["requests"] > 0 and s["errors"] == 0 and s["answer_bytes"] == 100
+    assert 20000 <= s["p50_us"] and s["requests"] <= 0.3 / 0.02 + 1
+
+
 @pytest.mark.parametrize("argv", [
     [],
     ["--body", "BODY"],
@@ -201,6 +230,12 @@ def test_the_loopback_responder_sends_what_it_was_asked_for(tmp_path, flags):
     ["--url", "http://127.0.0.1:1/x", "--loopback-bytes", "10"],
     ["--loopback-bytes", "-1"],
     ["--loopback-bytes", "10", "--socket-buffer", "12"],
+    ["--loopback-bytes", "10", "--loopback-grpc", "--socket-buffer", "65536"],  # HTTP only
+    ["--loopback-bytes", "10", "--loopback-spin-us", "-1"],
+    ["--loopback-bytes", "10", "--loopback-spin-us", "1000001"],
+    ["--loopback-bytes", "10", "--loopback-spin-us"],
+    ["--url", "http://127.0.0.1:1/x", "--loopback-spin-us", "5"],  # shapes a responder not asked for
+    ["--url", "grpc://127.0.0.1:1/a.B/C", "--body", "BODY", "--loopback-grpc"],
     ["--url", "grpc://127.0.0.1:1/inference.GRPCInferenceService/ModelInfer"],  # no message to send
     ["--url", "grpc://127.0.0.1:1/ModelInfer", "--body", "BODY"],  # not /package.Service/Method
     ["--url", "grpc://127.0.0.1/inference.GRPCInferenceService/ModelInfer", "--body", "BODY"],  # no port
@@ -229,7 +264,8 @@ def test_http_load_drives_aotc_load(mlp_server, mlp_input):
     r = loadgen.http_load(mlp_server.port, "mlp", x, "x", 1, 2)
     print(f"http_load c1 2 s: {r}")
     assert set(r) == {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "req_per_s", "requests", "errors", "error_counts",
-                      "answer_bytes"}
+                      "answer_bytes", "cpu_us", "responder_cpu_us"}
+    assert r["cpu_us"] > 0 and r["responder_cpu_us"] is None  # no loopback responder
     assert r["requests"] > 0 and r["errors"] == 0 and sum(r["error_counts"].values()) == 0
     assert 0 < r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
     # One connection, closed loop: the throughput is the inverse of the mean latency, less the client's gaps.
@@ -238,6 +274,9 @@ def test_http_load_drives_aotc_load(mlp_server, mlp_input):
     assert only["requests"] > 0 and only["errors"] == 0
     floor = loadgen.loopback_load(only["answer_bytes"], 0.5)
     assert floor["requests"] > 0 and floor["answer_bytes"] == only["answer_bytes"]
+    assert floor["cpu_us"] > 0 and floor["responder_cpu_us"] > 0
+    spun = loadgen.loopback_load(only["answer_bytes"], 0.5, grpc=True, spin_us=5000, load_flags=["--busy-poll"])
+    assert spun["requests"] > 0 and spun["answer_bytes"] == only["answer_bytes"] and spun["p50_ms"] >= 5
     with pytest.raises(RuntimeError, match="400"):
         loadgen.http_load(mlp_server.port, "mlp", x, "x", 1, 0.5, outputs=["no_such_output"])
 

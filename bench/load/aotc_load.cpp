@@ -5,19 +5,23 @@
 //
 //   aotc-load --url http://127.0.0.1:8000/v2/models/M/infer [--body FILE]... [--header "Name: value"]...
 //             [--connections C] [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES] [--busy-poll]
-//   aotc-load --loopback-bytes N ...   (instead of --url: the floor of an N-byte answer, responder.h)
+//   aotc-load --loopback-bytes N [--loopback-grpc] [--loopback-spin-us US] ...   (instead of --url: the floor
+//             of an N-byte answer from aotc-load's own responder in a child process, loopback.h)
 //
 // Over gRPC (--url grpc://HOST:PORT/METHOD, built with AOTC_LOAD_GRPC) each connection is a channel of its
 // own making unary calls (grpc_link.h), the body the serialized message.
 //
 // Threads: one per keep-alive connection, each sending the request and reading the whole answer before
 // sending again; each owns its socket, buffer and counters, merged after all have joined. Requests started
-// during the warm-up are not counted (nor are their errors). Prints one line `AOTC_LOAD {json}` on stdout.
+// during the warm-up are not counted (nor are their errors). Prints one line `AOTC_LOAD {json}` on stdout;
+// its cpu_us is aotc-load's own CPU time (user + system, threads and gRPC's included) per request made, the
+// warm-up's included, and responder_cpu_us the loopback responder's likewise (null without one).
 // Exit status: 0 when a request succeeded (2xx), 1 when none did or the server cannot be reached, 2 for bad
 // arguments; every failure is one line `aotc-load: error: <reason>` on stderr.
 //
 // This file is the load loop and the report; args.cpp parses the command line, connection.cpp is one
-// keep-alive connection, responder.cpp the loopback responder.
+// keep-alive connection, loopback.cpp the loopback responder's process (responder.cpp over HTTP,
+// grpc_responder.cpp over gRPC).
 #include <malloc.h>
 #include <netdb.h>
 #include <sys/resource.h>
@@ -39,7 +43,7 @@
 
 #include "args.h"
 #include "connection.h"
-#include "responder.h"
+#include "loopback.h"
 #ifdef AOTC_LOAD_GRPC
 #include "grpc_link.h"
 #endif
@@ -58,6 +62,7 @@ struct Stats {
   Clock::time_point last_done{};
   size_t answer_bytes = 0;  // body bytes of the last 2xx answer
   long sleeps = 0;          // the thread's voluntary context switches while it ran (it blocked)
+  size_t made = 0;          // exchanges that came back (answered or failed), the warm-up's included
 };
 
 struct Plan {
@@ -89,6 +94,7 @@ void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
     try {
       int status = conn->exchange(plan.requests[k % plan.requests.size()]);
       Clock::time_point t1 = Clock::now();
+      ++stats->made;
       if (!counted) continue;
       stats->last_done = t1;
       if (Link::ok(status)) {
@@ -100,6 +106,7 @@ void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
       }
     } catch (const Failure& f) {
       conn->close();
+      ++stats->made;
       if (!counted) continue;
       stats->last_done = Clock::now();
       note(f.what);
@@ -113,6 +120,11 @@ void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
   rusage after{};
   getrusage(RUSAGE_THREAD, &after);
   stats->sleeps = after.ru_nvcsw - before.ru_nvcsw;
+}
+
+double cpu_seconds(const rusage& r) {
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
 }
 
 double percentile(const std::vector<double>& sorted, double p) {
@@ -145,16 +157,17 @@ bool drive(const Args& a, std::vector<std::unique_ptr<Link>>& links, Plan& plan,
 }
 
 int run(Args a) {
-  // Declared first so that it outlives the connections: its workers return when they close.
-  std::unique_ptr<Responder> responder;
+  // Declared first so that it outlives the connections: its workers return when they close. Forked before
+  // any thread starts.
+  std::unique_ptr<LoopbackServer> responder;
   if (a.loopback_bytes >= 0) {
     try {
-      responder = std::make_unique<Responder>(static_cast<size_t>(a.loopback_bytes), a.socket_buffer);
+      responder = std::make_unique<LoopbackServer>(a);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "aotc-load: error: %s\n", e.what());
       return 1;
     }
-    parse_url("http://127.0.0.1:" + responder->port() + "/", a);
+    parse_url(responder->url(), a);
   }
   Plan plan;
   for (const auto& file : a.body_files) {
@@ -204,6 +217,7 @@ int run(Args a) {
     all.last_done = std::max(all.last_done, s.last_done);
     all.answer_bytes = std::max(all.answer_bytes, s.answer_bytes);
     all.sleeps += s.sleeps;
+    all.made += s.made;
   }
   std::sort(all.latency_us.begin(), all.latency_us.end());
   size_t ok = all.latency_us.size(), status_errors = 0;
@@ -214,6 +228,15 @@ int run(Args a) {
   for (double us : all.latency_us) mean += us;
   mean = ok ? mean / static_cast<double>(ok) : 0;
 
+  // CPU per exchange made (the warm-up's included): aotc-load's own, and its loopback responder's (stopped
+  // here: the connections are closed)
+  const double made = static_cast<double>(std::max<size_t>(all.made, 1));
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  const double cpu_us = cpu_seconds(self) * 1e6 / made;
+  char responder_cpu[32] = "null";
+  if (responder) std::snprintf(responder_cpu, sizeof responder_cpu, "%.1f", responder->stop() * 1e6 / made);
+
   std::string status_json = "{";
   for (auto& [code, n] : all.status)
     status_json += (status_json.size() > 1 ? ", \"" : "\"") + std::to_string(code) + "\": " + std::to_string(n);
@@ -221,11 +244,12 @@ int run(Args a) {
   std::printf("AOTC_LOAD {\"p50_us\": %.1f, \"p90_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, \"max_us\": %.1f, "
               "\"requests\": %zu, \"errors\": %zu, \"status\": %s, \"connect_errors\": %zu, \"read_errors\": %zu, "
               "\"write_errors\": %zu, \"timeouts\": %zu, \"connections\": %zu, \"duration_s\": %.6f, "
-              "\"req_per_s\": %.2f, \"answer_bytes\": %zu, \"sleeps\": %ld, \"transport\": \"%s\"}\n",
+              "\"req_per_s\": %.2f, \"answer_bytes\": %zu, \"sleeps\": %ld, \"transport\": \"%s\", "
+              "\"cpu_us\": %.1f, \"responder_cpu_us\": %s}\n",
               percentile(all.latency_us, 50), percentile(all.latency_us, 90), percentile(all.latency_us, 99), mean,
               ok ? all.latency_us.back() : 0.0, ok, errors, status_json.c_str(), all.connect, all.read, all.write,
               all.timeout, a.connections, duration, duration > 0 ? static_cast<double>(ok) / duration : 0.0,
-              all.answer_bytes, all.sleeps, a.grpc ? "grpc" : "http");
+              all.answer_bytes, all.sleeps, a.grpc ? "grpc" : "http", cpu_us, responder_cpu);
   std::fflush(stdout);
   if (ok == 0) {
     std::fprintf(stderr, "aotc-load: error: no request succeeded in %.1f s (%zu errors; first: %s)\n", duration,

@@ -14,7 +14,7 @@ const char* const kUsage =
     "usage: aotc-load --url http://HOST:PORT/PATH [--body FILE]... [--header 'Name: value']... [--connections C]\n"
     "                 [--duration S] [--warmup S] [--timeout S] [--socket-buffer BYTES] [--busy-poll]\n"
     "       aotc-load --url grpc://HOST:PORT/package.Service/Method --body FILE... [the same flags]\n"
-    "       aotc-load --loopback-bytes N [the same flags but --url]\n"
+    "       aotc-load --loopback-bytes N [--loopback-grpc] [--loopback-spin-us US] [the same flags but --url]\n"
     "  POSTs FILE (without --body: GETs PATH) on C keep-alive connections (default 1), each waiting for its\n"
     "  answer before sending again; with several --body files, each connection sends them in turn (connection\n"
     "  i starting at the i-th), so that requests of different shapes mix,\n"
@@ -23,21 +23,25 @@ const char* const kUsage =
     "  grpc://: each connection is a gRPC channel of its own making unary calls of METHOD with FILE's bytes\n"
     "  as the message (a serialized request) and the headers as metadata; an answer is status OK, and\n"
     "  `status` counts the other gRPC status codes.\n"
-    "  --loopback-bytes N: instead of a server at --url, a responder in this process on 127.0.0.1 answers\n"
-    "  every request with N bytes (one sendmsg, as aotc-server sends binary outputs): the floor of such an\n"
-    "  answer on this host. --socket-buffer BYTES sets SO_SNDBUF and SO_RCVBUF of aotc-load's sockets (and\n"
-    "  the responder's) instead of the kernel's autotuning.\n"
+    "  --loopback-bytes N: instead of a server at --url, aotc-load's own responder (a child process on\n"
+    "  127.0.0.1) answers every request with N bytes (one sendmsg, as aotc-server sends binary outputs): the\n"
+    "  floor of such an answer on this host. --loopback-grpc: the responder is a gRPC server (one raw unary\n"
+    "  method on a completion queue, as aotc-server serves ModelInfer) and the load unary calls with an empty\n"
+    "  message (or --body). --loopback-spin-us US: the responder spins US microseconds before each answer,\n"
+    "  standing for a model call on the serving thread. --socket-buffer BYTES sets SO_SNDBUF and SO_RCVBUF of\n"
+    "  aotc-load's sockets (and the HTTP responder's) instead of the kernel's autotuning.\n"
     "  --busy-poll: each connection waits for its answer without sleeping (non-blocking reads; over gRPC,\n"
     "  completion-queue looks that do not wait), as a latency-bound client spins: its core stays awake\n"
     "  and its code in the caches between the request and the answer, at the cost of a core per connection.\n";
 
 namespace {
 
-long long parse_bytes(const std::string& flag, const std::string& v, long long min, long long max) {
+long long parse_number(const std::string& flag, const std::string& v, long long min, long long max,
+                       const char* unit = "bytes") {
   char* end = nullptr;
   long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < min || n > max)
-    throw UsageError(flag + " is '" + v + "', expected a number of bytes in " + std::to_string(min) + ".." +
+    throw UsageError(flag + " is '" + v + "', expected a number of " + unit + " in " + std::to_string(min) + ".." +
                      std::to_string(max));
   return n;
 }
@@ -126,19 +130,26 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--timeout") {
       a.timeout_s = parse_seconds(arg, value, false), ++i;
     } else if (arg == "--loopback-bytes") {
-      a.loopback_bytes = parse_bytes(arg, need(), 0, 1LL << 30);
+      a.loopback_bytes = parse_number(arg, need(), 0, 1LL << 30);
+    } else if (arg == "--loopback-grpc") {
+      a.loopback_grpc = true;
+    } else if (arg == "--loopback-spin-us") {
+      a.loopback_spin_us = static_cast<int>(parse_number(arg, need(), 0, 1000000, "microseconds"));
     } else if (arg == "--busy-poll") {
       a.busy_poll = true;
     } else if (arg == "--socket-buffer") {
-      a.socket_buffer = static_cast<int>(parse_bytes(arg, need(), 4096, 1LL << 30));
+      a.socket_buffer = static_cast<int>(parse_number(arg, need(), 4096, 1LL << 30));
     } else {
       throw UsageError("unknown argument '" + arg + "'");
     }
   }
   if (a.loopback_bytes >= 0) {
     if (!url.empty()) throw UsageError("--url and --loopback-bytes exclude each other; give one");
+    if (a.loopback_grpc && a.socket_buffer > 0) throw UsageError("--socket-buffer is for HTTP only");
     return a;  // run() fills in the responder's address
   }
+  if (a.loopback_grpc || a.loopback_spin_us > 0)
+    throw UsageError("--loopback-grpc and --loopback-spin-us shape the responder of --loopback-bytes; give it");
   if (url.empty()) throw UsageError("--url (or --loopback-bytes) is required");
   parse_url(url, a);
   if (a.grpc && a.body_files.empty())

@@ -22,7 +22,9 @@ struct Args {
   std::vector<std::string> headers;
   size_t connections = 1;
   double duration_s = 10, warmup_s = 0, timeout_s = 30;
-  long long loopback_bytes = -1;  // >= 0: answer from an in-process Responder instead of --url
+  long long loopback_bytes = -1;  // >= 0: answer from aotc-load's own responder instead of --url
+  bool loopback_grpc = false;     // the responder speaks gRPC (grpc_responder.h)
+  int loopback_spin_us = 0;       // the responder spins this long before each answer
   int socket_buffer = 0;          // > 0: SO_SNDBUF/SO_RCVBUF of every socket
   bool busy_poll = false;         // wait for each answer without sleeping
 };

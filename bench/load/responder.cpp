@@ -9,17 +9,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 namespace aotc_load {
 
-Responder::Responder(size_t body_bytes, int socket_buffer)
+Responder::Responder(size_t body_bytes, int socket_buffer, int spin_us)
     : header_("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
               std::to_string(body_bytes) + "\r\n\r\n"),
       body_(body_bytes, '\x5a'),  // written once, so no answer pays for the first touch of its pages
-      socket_buffer_(socket_buffer) {
+      socket_buffer_(socket_buffer),
+      spin_us_(spin_us) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw std::runtime_error(std::string("loopback responder: socket: ") + std::strerror(errno));
   sockaddr_in addr{};
@@ -93,6 +95,9 @@ void Responder::serve(int fd) {
       left -= static_cast<size_t>(n);
     }
     len = 0;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+         spin_us_ > 0 && std::chrono::steady_clock::now() < until;) {
+    }
     iovec iov[2] = {{header_.data(), header_.size()}, {body_.data(), body_.size()}};
     msghdr msg{};
     msg.msg_iov = iov;
