@@ -6,7 +6,7 @@
 # CPU development machine (it has no CUDA).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench pa threads tune"
+ALL_STAGES="deps build export eb tuned check test multi bench phases pacing probe batching memory loopback warmup seqbench pa threads beside tune"
 
 usage() {
   cat <<'EOF'
@@ -55,6 +55,9 @@ The others run in the order given:
             server's CPU and context switches per request, thread by thread, the client's, the call in the
             process, and the model call's phases in the server per transport
             (AOTC_CUDA_TIMING=--cuda-timing)                                                  threads.md
+  beside    bench/beside.py: BERT's call alone and beside a companion, a fresh process each (the answer
+            model, the MLP, a second BERT, 1 and 2 trivial torch CUDA graphs): loaded, graphs captured,
+            gone; its graph on the device (AOTC_CUDA_TIMING)                                   beside.md
 
 Options (--opt VALUE or --opt=VALUE; defaults in brackets):
   --budget-s S             seconds the whole run may take; bench gets what is left [580]
@@ -511,6 +514,10 @@ pa() {
 for s in $STAGES; do
   case $s in
     pa) wait_eb; stage pa "$OUT/pa.log" pa ;;
+    beside) wait_eb; stage beside "$OUT/beside.log" "$PY" bench/beside.py --package "$PKGS/bert_base.pt2" \
+              --beside answer="$PKGS/answer.pt2" --beside mlp="$PKGS/mlp.pt2" --beside bert_copy="$PKGS/bert_base.pt2" \
+              --beside torch_graphs_1=torch-graphs:1 --beside torch_graphs_2=torch-graphs:2 \
+              --calls 2000 --rounds 2 --out "$OUT/beside.md" ;;
     threads) wait_eb; stage threads "$OUT/threads.log" env AOTC_CUDA_TIMING=$CUDA_TIMING "$PY" bench/thread_cpu.py --package \
                bert_base="$PKGS/bert_base.pt2" --package answer="$PKGS/answer.pt2" --seconds 2 --rounds 3 \
                --server-flags= --server-flags="--busy-poll-us 200" --load-flags= --load-flags=--busy-poll \
