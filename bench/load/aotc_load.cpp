@@ -122,11 +122,6 @@ void run_connection(const Plan& plan, size_t first, Link* conn, Stats* stats) {
   stats->sleeps = after.ru_nvcsw - before.ru_nvcsw;
 }
 
-double cpu_seconds(const rusage& r) {
-  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
-         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
-}
-
 double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));

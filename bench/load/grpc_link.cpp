@@ -1,8 +1,8 @@
 // aotc-load's gRPC channel (grpc_link.h): a generic unary call on the channel's own completion queue.
 #include "grpc_link.h"
 
-#include <grpcpp/generic/generic_stub.h>
 #include <absl/synchronization/mutex.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // aotc-load's gRPC loopback responder (grpc_responder.h).
 #include "grpc_responder.h"
+#include "responder.h"  // spin_for
 
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
@@ -30,13 +31,6 @@ class RawUnaryService final : public grpc::Service {
     RequestAsyncUnary(0, ctx, message, writer, cq, cq, tag);
   }
 };
-
-void spin_for(int us) {
-  if (us <= 0) return;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-  while (std::chrono::steady_clock::now() < until) {
-  }
-}
 
 }  // namespace
 

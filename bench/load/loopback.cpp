@@ -71,6 +71,11 @@ void write_all(int fd, const std::string& s) {
 
 }  // namespace
 
+double cpu_seconds(const rusage& r) {
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+}
+
 LoopbackServer::LoopbackServer(const Args& a) {
   int report[2], stop[2];
   if (::pipe2(report, O_CLOEXEC) != 0 || ::pipe2(stop, O_CLOEXEC) != 0)
@@ -112,8 +117,7 @@ double LoopbackServer::stop() {
   while (::wait4(pid_, nullptr, 0, &ru) < 0 && errno == EINTR) {
   }
   pid_ = -1;
-  cpu_s_ = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  cpu_s_ = cpu_seconds(ru);
   return cpu_s_;
 }
 

@@ -8,6 +8,7 @@
 // dies with this process. Not thread-safe.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <string>
@@ -15,6 +16,9 @@
 #include "args.h"
 
 namespace aotc_load {
+
+// User + system seconds of a getrusage or wait4 result.
+double cpu_seconds(const rusage& r);
 
 class LoopbackServer {
  public:

@@ -16,6 +16,13 @@
 
 namespace aotc_load {
 
+void spin_for(int us) {
+  if (us <= 0) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 Responder::Responder(size_t body_bytes, int socket_buffer, int spin_us)
     : header_("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: " +
               std::to_string(body_bytes) + "\r\n\r\n"),
@@ -95,9 +102,7 @@ void Responder::serve(int fd) {
       left -= static_cast<size_t>(n);
     }
     len = 0;
-    for (auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
-         spin_us_ > 0 && std::chrono::steady_clock::now() < until;) {
-    }
+    spin_for(spin_us_);
     iovec iov[2] = {{header_.data(), header_.size()}, {body_.data(), body_.size()}};
     msghdr msg{};
     msg.msg_iov = iov;

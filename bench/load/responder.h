@@ -17,6 +17,9 @@
 
 namespace aotc_load {
 
+// Spins (never sleeps) for `us` microseconds: a responder's stand-in for a model call on its serving thread.
+void spin_for(int us);
+
 class Responder {
  public:
   // socket_buffer > 0 sets SO_SNDBUF and SO_RCVBUF of every accepted socket (0 leaves the kernel's
