@@ -68,21 +68,18 @@ def main() -> int:
              f"{args.seconds:g} s per cell{', aotc-load ' + args.load_flags if args.load_flags else ''}: p50 us of "
              f"a request answered with N bytes by aotc-load's own responder (median of the rounds' p50s), and in "
              f"brackets the difference to the {args.sizes[0]}-byte answer."]
+    def table(title: str, cell) -> list[str]:  # a row per size, a column per setting; cell(size, column)
+        return ["", title, "", "| answer bytes | " + " | ".join(label(*c) for c in columns) + " |",
+                "|---|" + "---|" * len(columns),
+                *(f"| {size} | " + " | ".join(cell(size, c) for c in columns) + " |" for size in args.sizes)]
+
     for spin in args.spin_us:
-        base = {c: statistics.median(p50[(spin, args.sizes[0], *c)]) for c in columns}
-        lines += ["", f"The responder spins {spin} us before each answer:" if spin else "No spin:", "",
-                  "| answer bytes | " + " | ".join(label(*c) for c in columns) + " |", "|---|" + "---|" * len(columns)]
-        for size in args.sizes:
-            cells = [f"{statistics.median(p50[(spin, size, *c)]):.1f} "
-                     f"(+{statistics.median(p50[(spin, size, *c)]) - base[c]:.1f})" for c in columns]
-            lines.append(f"| {size} | " + " | ".join(cells) + " |")
-        lines += ["", "CPU us per request (user + system, the warm-up's requests included), aotc-load / the responder:",
-                  "", "| answer bytes | " + " | ".join(label(*c) for c in columns) + " |",
-                  "|---|" + "---|" * len(columns)]
-        for size in args.sizes:
-            cells = [" / ".join(f"{statistics.median(x[i] for x in cpu[(spin, size, *c)]):.1f}" for i in (0, 1))
-                     for c in columns]
-            lines.append(f"| {size} | " + " | ".join(cells) + " |")
+        med = {(size, c): statistics.median(p50[(spin, size, *c)]) for size in args.sizes for c in columns}
+        lines += table(f"The responder spins {spin} us before each answer:" if spin else "No spin:",
+                       lambda size, c: f"{med[size, c]:.1f} (+{med[size, c] - med[args.sizes[0], c]:.1f})")
+        lines += table("CPU us per request (user + system, the warm-up's requests included), aotc-load / the "
+                       "responder:", lambda size, c: " / ".join(
+                           f"{statistics.median(x[i] for x in cpu[(spin, size, *c)]):.1f}" for i in (0, 1)))
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.write_text(text)
